@@ -1,0 +1,161 @@
+//! Sans-IO protocols: pure state machines driven by the simulator and by the engine.
+//!
+//! A protocol never touches a socket, a clock or a thread (the habit of quinn-proto and smoltcp).
+//! Its driver calls [`Protocol::on_start`] once, then [`Protocol::on_message`] for every message
+//! that arrives and [`Protocol::on_timer`] when a timer it armed comes due, always passing the
+//! current time. The protocol answers by pushing [`Action`]s into an [`Outbox`], which the driver
+//! drains after every call: send this message to that node, arm this timer, report this event.
+//!
+//! Because the same code runs under `sim` and under the engine, a simulated figure and a measured
+//! one are two runs of one implementation.
+
+pub mod bmg;
+pub mod overlay;
+pub mod ring;
+pub mod spontaneous;
+
+use crate::NodeId;
+use std::time::Duration;
+
+/// A driver's clock reading, in nanoseconds since the driver started. Protocols only compare
+/// and subtract these; they never read a clock themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+impl Time {
+    /// The driver's epoch.
+    pub const ZERO: Time = Time(0);
+
+    /// Time elapsed since `earlier` (zero if `earlier` is later).
+    pub fn since(self, earlier: Time) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl std::ops::Add<Duration> for Time {
+    type Output = Time;
+    fn add(self, d: Duration) -> Time {
+        Time(
+            self.0
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
+        )
+    }
+}
+
+/// Names one timer of a protocol instance. Arming a timer that is already pending replaces it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerId(pub u32);
+
+/// Something a protocol wants its driver (and through it, the user) to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The node's local state is settled and its spontaneous rules stopped firing.
+    Quiet,
+    /// The node's local state changed after it had gone quiet; it fires its rules again.
+    Woke,
+}
+
+/// What a protocol asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action<M> {
+    /// Send `msg` to the node `to` (reliable, FIFO per pair of nodes, as the papers assume).
+    Send {
+        /// Destination; the driver drops messages to ids it does not know.
+        to: NodeId,
+        /// The message.
+        msg: M,
+    },
+    /// Call [`Protocol::on_timer`] with `timer` after `after` (replacing a pending one).
+    SetTimer {
+        /// Which timer.
+        timer: TimerId,
+        /// Delay from now.
+        after: Duration,
+    },
+    /// Forget a pending timer, if any.
+    CancelTimer(TimerId),
+    /// Tell the driver about an event.
+    Report(Event),
+}
+
+/// The actions a protocol produced during one call; the driver drains it after every call.
+#[derive(Debug)]
+pub struct Outbox<M> {
+    actions: Vec<Action<M>>,
+}
+
+impl<M> Default for Outbox<M> {
+    fn default() -> Self {
+        Self {
+            actions: Vec::new(),
+        }
+    }
+}
+
+impl<M> Outbox<M> {
+    /// An empty outbox.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queue a message. Accepts any message convertible to `M`, so a protocol nested in a
+    /// composite writes its own message type into the composite's outbox.
+    pub fn send(&mut self, to: NodeId, msg: impl Into<M>) {
+        self.actions.push(Action::Send {
+            to,
+            msg: msg.into(),
+        });
+    }
+
+    /// Arm (or re-arm) a timer.
+    pub fn set_timer(&mut self, timer: TimerId, after: Duration) {
+        self.actions.push(Action::SetTimer { timer, after });
+    }
+
+    /// Cancel a timer.
+    pub fn cancel_timer(&mut self, timer: TimerId) {
+        self.actions.push(Action::CancelTimer(timer));
+    }
+
+    /// Report an event.
+    pub fn report(&mut self, event: Event) {
+        self.actions.push(Action::Report(event));
+    }
+
+    /// Take every queued action, in the order they were produced.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Action<M>> {
+        self.actions.drain(..)
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    /// Number of queued actions.
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+}
+
+/// A sans-IO protocol instance: one per process.
+pub trait Protocol {
+    /// The messages this protocol exchanges.
+    type Msg;
+
+    /// Called once, before any other event.
+    fn on_start(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+
+    /// Called for each message received, in FIFO order per sender. `from` is the sender's id,
+    /// which the transport (or the simulator) vouches for.
+    fn on_message(&mut self, now: Time, from: NodeId, msg: Self::Msg, out: &mut Outbox<Self::Msg>);
+
+    /// Called when a timer armed with [`Outbox::set_timer`] comes due.
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Self::Msg>);
+
+    /// A counter that changes whenever the protocol's output state changes. Drivers compare it
+    /// before and after a call to notice a change without diffing state.
+    fn state_version(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,125 @@
+//! The composition of Algorithms 1 and 2 on one process: tree → ring → BMG.
+//!
+//! The BMG rules take their `Succ` and `Pred` from the ring rules of the same process, as the
+//! paper composes them. One spontaneous timer drives both rule sets, so a process is quiet
+//! exactly when the paper's simulator would make it quiet: `Succ`, `Pred`, `CW[0]` and `CCW[0]`
+//! are set (section 4). A change of the ring's outputs wakes the process up, and rule 1 of the
+//! BMG fires again with the new neighbors.
+
+use super::bmg::{Bmg, BmgMsg};
+use super::ring::{Ring, RingMsg};
+use super::spontaneous::{Spontaneous, SpontaneousConfig};
+use super::{Outbox, Protocol, Time, TimerId};
+use crate::NodeId;
+
+/// A message of either algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OverlayMsg {
+    /// Algorithm 1.
+    Ring(RingMsg),
+    /// Algorithm 2.
+    Bmg(BmgMsg),
+}
+
+impl From<RingMsg> for OverlayMsg {
+    fn from(m: RingMsg) -> Self {
+        OverlayMsg::Ring(m)
+    }
+}
+
+impl From<BmgMsg> for OverlayMsg {
+    fn from(m: BmgMsg) -> Self {
+        OverlayMsg::Bmg(m)
+    }
+}
+
+/// The timer of the spontaneous rules.
+pub const OVERLAY_TIMER: TimerId = TimerId(3);
+
+/// One process building the overlay.
+#[derive(Clone, Debug)]
+pub struct Overlay {
+    /// Algorithm 1's rules and state.
+    pub ring: Ring,
+    /// Algorithm 2's rules and state.
+    pub bmg: Bmg,
+    spont: Spontaneous,
+}
+
+impl Overlay {
+    /// A process with its place in the launch tree, in a job of `n` processes.
+    pub fn new(ring: Ring, n: u32, cfg: SpontaneousConfig) -> Self {
+        let bmg = Bmg::new(ring.id(), n);
+        Self {
+            ring,
+            bmg,
+            spont: Spontaneous::new(OVERLAY_TIMER, cfg),
+        }
+    }
+
+    /// Whether the process has gone quiet.
+    pub fn is_quiet(&self) -> bool {
+        self.spont.is_quiet()
+    }
+
+    /// Force the quiet flag (arbitrary initial configurations).
+    pub fn set_quiet(&mut self, quiet: bool) {
+        self.spont.set_quiet(quiet);
+    }
+
+    /// Whether both rule sets look settled locally.
+    pub fn settled(&self) -> bool {
+        self.ring.settled() && self.bmg.settled()
+    }
+
+    fn feed_bmg(&mut self) -> bool {
+        self.bmg.set_ring(self.ring.succ(), self.ring.pred())
+    }
+}
+
+impl Protocol for Overlay {
+    type Msg = OverlayMsg;
+
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<OverlayMsg>) {
+        self.feed_bmg();
+        self.spont.start(out);
+    }
+
+    fn on_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: OverlayMsg,
+        out: &mut Outbox<OverlayMsg>,
+    ) {
+        match msg {
+            OverlayMsg::Ring(m) => {
+                let changed = self.ring.handle(from, m, out);
+                if (changed | self.feed_bmg()) && !self.settled() {
+                    self.spont.wake(out);
+                }
+            }
+            OverlayMsg::Bmg(m) => self.bmg.handle(m, out),
+        }
+    }
+
+    fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<OverlayMsg>) {
+        if timer != OVERLAY_TIMER {
+            return;
+        }
+        // A quiet process firing is the refresh: every rule fires, settled or not.
+        let refresh = self.spont.is_quiet();
+        if refresh || !self.ring.settled() {
+            self.ring.fire(out);
+        }
+        self.feed_bmg();
+        if refresh || !self.bmg.settled() {
+            self.bmg.fire(out);
+        }
+        self.spont.fired(self.settled(), out);
+    }
+
+    fn state_version(&self) -> u64 {
+        self.ring.version().wrapping_add(self.bmg.version())
+    }
+}

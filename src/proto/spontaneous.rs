@@ -1,0 +1,101 @@
+//! The timer discipline of spontaneous rules.
+//!
+//! In the guarded-rule formalism a spontaneous rule (one whose guard is local state, not a
+//! reception) may fire at any time; the proofs assume a fair scheduler that keeps firing it
+//! forever. A real node fires it on a timer every `period` while its state is unsettled, then
+//! goes quiet, as the simulator of Bosilca et al. does (section 4): it stops firing but keeps
+//! answering messages. A quiet node wakes up when a message changes its state.
+//!
+//! Quiet-forever is only safe from a clean start. From an arbitrary configuration (memory or
+//! message corruption, the self-stabilization fault model) a node can go quiet on a wrong value
+//! that only someone else's rule would correct, so a quiet node may still re-fire every `refresh`:
+//! the fairness the proofs rely on, at a rate that costs nothing measurable.
+
+use super::{Event, Outbox, TimerId};
+use std::time::Duration;
+
+/// How often spontaneous rules fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpontaneousConfig {
+    /// Firing period while the node's state is unsettled.
+    pub period: Duration,
+    /// Firing period once quiet; `None` stops firing (the paper's simulator).
+    pub refresh: Option<Duration>,
+}
+
+impl Default for SpontaneousConfig {
+    fn default() -> Self {
+        Self {
+            period: Duration::from_millis(1),
+            refresh: Some(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// The state of one node's spontaneous-rule timer.
+#[derive(Clone, Debug)]
+pub struct Spontaneous {
+    timer: TimerId,
+    cfg: SpontaneousConfig,
+    quiet: bool,
+}
+
+impl Spontaneous {
+    /// A timer named `timer`, not yet armed.
+    pub fn new(timer: TimerId, cfg: SpontaneousConfig) -> Self {
+        Self {
+            timer,
+            cfg,
+            quiet: false,
+        }
+    }
+
+    /// The timer this discipline arms.
+    pub fn timer(&self) -> TimerId {
+        self.timer
+    }
+
+    /// Whether the node has gone quiet.
+    pub fn is_quiet(&self) -> bool {
+        self.quiet
+    }
+
+    /// Force the quiet flag (arbitrary initial configurations in the simulator).
+    pub fn set_quiet(&mut self, quiet: bool) {
+        self.quiet = quiet;
+    }
+
+    /// Arm the first firing, immediately.
+    pub fn start<M>(&mut self, out: &mut Outbox<M>) {
+        if !self.quiet {
+            out.set_timer(self.timer, Duration::ZERO);
+        } else if let Some(r) = self.cfg.refresh {
+            out.set_timer(self.timer, r);
+        }
+    }
+
+    /// Re-arm after the rules fired; `settled` says whether the local state is now correct.
+    pub fn fired<M>(&mut self, settled: bool, out: &mut Outbox<M>) {
+        if settled {
+            if !self.quiet {
+                self.quiet = true;
+                out.report(Event::Quiet);
+            }
+            if let Some(r) = self.cfg.refresh {
+                out.set_timer(self.timer, r);
+            }
+        } else {
+            self.quiet = false;
+            out.set_timer(self.timer, self.cfg.period);
+        }
+    }
+
+    /// The local state changed: a quiet node starts firing again.
+    pub fn wake<M>(&mut self, out: &mut Outbox<M>) {
+        if self.quiet {
+            self.quiet = false;
+            out.report(Event::Woke);
+            out.set_timer(self.timer, self.cfg.period);
+        }
+    }
+}
