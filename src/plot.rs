@@ -1,0 +1,96 @@
+//! SVG plots of sweeps (plotters, SVG backend): one x series, several y series, log-scale x as
+//! in the figures of the papers.
+
+use plotters::prelude::*;
+use std::path::Path;
+
+/// A named series of (x, y) points.
+pub struct Series {
+    /// Legend label.
+    pub label: String,
+    /// Points, x ascending.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Why a plot could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// Nothing to plot.
+    #[error("no points to plot")]
+    Empty,
+    /// The drawing backend failed (usually the file could not be written).
+    #[error("cannot draw {path}: {msg}")]
+    Draw {
+        /// Output file.
+        path: String,
+        /// Backend message.
+        msg: String,
+    },
+}
+
+/// Draw `series` as lines with markers over a log2 x axis into an SVG file.
+pub fn log_x_svg(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<(), PlotError> {
+    let pts = series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        return Err(PlotError::Empty);
+    }
+    let err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.display().to_string(),
+        msg: e.to_string(),
+    };
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (x0.max(1.0)..x1.max(2.0)).log_scale(),
+            0f64..(y1 * 1.1).max(1.0),
+        )
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

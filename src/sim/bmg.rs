@@ -1,0 +1,497 @@
+//! The BMG construction experiment of Bosilca et al. section 4: build a launch tree, run
+//! Algorithms 1 and 2 on every process under a scheduler, and count rounds and messages until the
+//! ring and then the BMG are correct.
+//!
+//! Correctness is judged by an oracle that never looks at protocol code: the ring must be the
+//! tree's preorder ([`Tree::preorder`]) and the finger tables must equal
+//! [`crate::topology::bmg`]'s formulas over ring positions.
+
+use super::rng::SimRng;
+use super::tree::{Tree, TreeError, TreeKind};
+use super::world::{Scheduler, World};
+use crate::proto::bmg::BmgMsg;
+use crate::proto::overlay::{Overlay, OverlayMsg};
+use crate::proto::ring::{Ring, RingMsg};
+use crate::proto::spontaneous::SpontaneousConfig;
+use crate::topology::bmg as formula;
+use crate::{NodeId, Rank};
+use serde::Serialize;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The initial configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// Every `Succ`, `Pred`, `CW`, `CCW` is `⊥` and channels are empty (the paper's runs).
+    Empty,
+    /// Arbitrary: random values everywhere and garbage messages in the channels.
+    Random,
+}
+
+impl fmt::Display for Init {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Init::Empty => "empty",
+            Init::Random => "random",
+        })
+    }
+}
+
+/// How often a quiet process re-fires its spontaneous rules (see [`crate::proto::spontaneous`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refresh {
+    /// Never: the paper's simulator. Enough from a clean start, not from an arbitrary one.
+    Never,
+    /// Every this many rounds.
+    Every(u64),
+    /// `8 · max(log2 N, 4)` rounds. Each refresh makes about `2 log2 N` messages arrive at every
+    /// process, and under the asynchronous scheduler a process consumes one per step, so a
+    /// faster refresh would grow the queues without bound.
+    Auto,
+}
+
+impl Refresh {
+    /// The period in rounds for `n` processes, `None` for never.
+    pub fn rounds(self, n: u32) -> Option<u64> {
+        match self {
+            Refresh::Never => None,
+            Refresh::Every(r) => Some(r.max(1)),
+            Refresh::Auto => Some(8 * formula::levels(n).max(4) as u64),
+        }
+    }
+}
+
+/// Parameters of one run.
+#[derive(Clone, Debug)]
+pub struct BmgSimConfig {
+    /// Launch tree shape.
+    pub tree: TreeKind,
+    /// Depth of the launch tree.
+    pub depth: u32,
+    /// Maximal degree (random trees).
+    pub degree: u32,
+    /// Phases or steps.
+    pub scheduler: Scheduler,
+    /// Per-message latency used to project seconds from rounds (50 µs in the paper).
+    pub latency: Duration,
+    /// Initial configuration.
+    pub init: Init,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// How often a quiet process re-fires its spontaneous rules.
+    pub refresh: Refresh,
+    /// Give up after this many rounds.
+    pub max_rounds: u64,
+    /// Garbage messages per process for `Init::Random`.
+    pub garbage_per_node: u32,
+    /// Refuse trees larger than this.
+    pub max_nodes: u64,
+    /// After convergence, run this many more rounds and count state changes (a silent
+    /// algorithm makes none).
+    pub silence_rounds: u64,
+}
+
+impl Default for BmgSimConfig {
+    fn default() -> Self {
+        Self {
+            tree: TreeKind::Binary,
+            depth: 10,
+            degree: 4,
+            scheduler: Scheduler::Sync,
+            latency: Duration::from_micros(50),
+            init: Init::Empty,
+            seed: 1,
+            refresh: Refresh::Never,
+            max_rounds: 1_000_000,
+            garbage_per_node: 2,
+            max_nodes: 1 << 24,
+            silence_rounds: 0,
+        }
+    }
+}
+
+/// The measures of one run (the JSON object `weft sim bmg --json` prints).
+#[derive(Clone, Debug, Serialize)]
+pub struct BmgRun {
+    /// Processes.
+    pub nodes: u64,
+    /// Launch tree shape.
+    pub tree: TreeKind,
+    /// Launch tree depth.
+    pub depth: u32,
+    /// Maximal degree (random trees).
+    pub degree: u32,
+    /// Scheduler.
+    pub scheduler: Scheduler,
+    /// Initial configuration.
+    pub init: Init,
+    /// Rounds (phases or steps) until the ring is correct for good.
+    pub ring_phases: u64,
+    /// Further rounds until the BMG is correct.
+    pub bmg_phases: u64,
+    /// Rounds until both are correct.
+    pub total_phases: u64,
+    /// `total_phases × latency`, in seconds.
+    pub projected_s: f64,
+    /// Most messages received by one process until convergence.
+    pub max_msgs_per_proc: u32,
+    /// Messages sent until convergence.
+    pub total_msgs: u64,
+    /// Whether both structures became correct before `max_rounds`.
+    pub converged: bool,
+    /// Processes quiet at the end.
+    pub quiet_nodes: u64,
+    /// Rounds run after convergence to check silence.
+    pub silence_rounds: u64,
+    /// State changes seen during those rounds (0 for a silent algorithm).
+    pub changes_after: u64,
+    /// The seed.
+    pub seed: u64,
+    /// Wall-clock seconds the simulation took.
+    pub wall_s: f64,
+}
+
+/// The oracle: where each process must sit on the ring.
+struct Oracle {
+    order: Vec<u32>,
+    pos: Vec<u32>,
+}
+
+impl Oracle {
+    fn new(tree: &Tree) -> Self {
+        let order = tree.preorder();
+        let mut pos = vec![0u32; order.len()];
+        for (i, &p) in order.iter().enumerate() {
+            pos[p as usize] = i as u32;
+        }
+        Self { order, pos }
+    }
+
+    fn at(&self, r: Rank) -> Option<NodeId> {
+        Some(NodeId(self.order[r.0 as usize] as u64))
+    }
+
+    fn ring_ok(&self, p: u32, o: &Overlay) -> bool {
+        let n = self.order.len() as u32;
+        let a = self.pos[p as usize];
+        o.ring.succ() == self.at(Rank((a + 1) % n))
+            && o.ring.pred() == self.at(Rank((a + n - 1) % n))
+    }
+
+    fn bmg_ok(&self, p: u32, o: &Overlay) -> bool {
+        let n = self.order.len() as u32;
+        let a = Rank(self.pos[p as usize]);
+        // Highest level first: it is the last to be built, so an unfinished table fails fast.
+        // Look up the expected value only for a finger that is set (an unset one is wrong).
+        (0..formula::levels(n)).rev().all(|k| {
+            o.bmg
+                .cw(k as usize)
+                .is_some_and(|v| Some(v) == self.at(formula::cw(a, k, n)))
+                && o.bmg
+                    .ccw(k as usize)
+                    .is_some_and(|v| Some(v) == self.at(formula::ccw(a, k, n)))
+        })
+    }
+}
+
+/// Build the tree a configuration asks for.
+pub fn build_tree(cfg: &BmgSimConfig) -> Result<Tree, TreeError> {
+    let mut rng = SimRng::new(cfg.seed);
+    match cfg.tree {
+        TreeKind::Binary => Tree::binary(cfg.depth, cfg.max_nodes),
+        TreeKind::Binomial => Tree::binomial(cfg.depth, cfg.max_nodes),
+        TreeKind::Random => Tree::random(cfg.depth, cfg.degree, &mut rng, cfg.max_nodes),
+    }
+}
+
+/// The overlay processes of a tree, in a world ready to run.
+pub fn build_world(tree: &Tree, cfg: &BmgSimConfig) -> World<Overlay> {
+    let n = tree.len() as u32;
+    let spont = SpontaneousConfig {
+        period: cfg.latency,
+        refresh: cfg.refresh.rounds(n).map(|r| cfg.latency * r as u32),
+    };
+    let nodes = (0..n)
+        .map(|p| {
+            let ring = Ring::new(
+                NodeId(p as u64),
+                tree.parent(p).map(|q| NodeId(q as u64)),
+                tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
+            );
+            Overlay::new(ring, n, spont)
+        })
+        .collect();
+    World::new(nodes, cfg.scheduler, cfg.latency)
+}
+
+/// Replace every process's state by random values and fill channels with garbage.
+pub fn corrupt(world: &mut World<Overlay>, rng: &mut SimRng, garbage_per_node: u32) {
+    let n = world.nodes().len() as u64;
+    let levels = formula::levels(n as u32) as u64;
+    let any = |rng: &mut SimRng| (!rng.chance(0.1)).then(|| NodeId(rng.below(n)));
+    for node in world.nodes_mut() {
+        let (s, p, heard, quiet) = (any(rng), any(rng), rng.chance(0.5), rng.chance(0.5));
+        node.ring.corrupt(s, p, heard);
+        node.bmg.corrupt(|| any(rng));
+        node.set_quiet(quiet);
+    }
+    for _ in 0..garbage_per_node as u64 * n {
+        let (from, to) = (rng.below(n) as u32, rng.below(n) as u32);
+        let who = NodeId(rng.below(n));
+        let hop = rng.below(levels + 2) as u8;
+        let msg = match rng.below(6) {
+            0 => OverlayMsg::Ring(RingMsg::FConnect(who)),
+            1 => OverlayMsg::Ring(RingMsg::Info(who)),
+            2 => OverlayMsg::Ring(RingMsg::AskConnect(who)),
+            3 => OverlayMsg::Ring(RingMsg::BConnect(who)),
+            4 => OverlayMsg::Bmg(BmgMsg::Up { ident: who, hop }),
+            _ => OverlayMsg::Bmg(BmgMsg::Dn { ident: who, hop }),
+        };
+        world.inject(from, to, msg);
+    }
+}
+
+/// Tracks which processes the oracle currently judges wrong.
+struct Judge {
+    oracle: Oracle,
+    ring_ok: Vec<bool>,
+    bmg_ok: Vec<bool>,
+    ring_bad: usize,
+    bmg_bad: usize,
+}
+
+impl Judge {
+    fn new(oracle: Oracle, nodes: &[Overlay]) -> Self {
+        let ring_ok: Vec<bool> = (0..nodes.len())
+            .map(|p| oracle.ring_ok(p as u32, &nodes[p]))
+            .collect();
+        let bmg_ok: Vec<bool> = (0..nodes.len())
+            .map(|p| oracle.bmg_ok(p as u32, &nodes[p]))
+            .collect();
+        Self {
+            ring_bad: ring_ok.iter().filter(|&&ok| !ok).count(),
+            bmg_bad: bmg_ok.iter().filter(|&&ok| !ok).count(),
+            oracle,
+            ring_ok,
+            bmg_ok,
+        }
+    }
+
+    fn update(&mut self, p: u32, node: &Overlay) {
+        let i = p as usize;
+        let r = self.oracle.ring_ok(p, node);
+        // Only a correct ring can carry a correct BMG; skip the costlier check until then.
+        let b = r && self.oracle.bmg_ok(p, node);
+        self.ring_bad = self.ring_bad + self.ring_ok[i] as usize - r as usize;
+        self.bmg_bad = self.bmg_bad + self.bmg_ok[i] as usize - b as usize;
+        self.ring_ok[i] = r;
+        self.bmg_ok[i] = b;
+    }
+}
+
+/// Run one experiment.
+pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, TreeError> {
+    let started = Instant::now();
+    let tree = build_tree(cfg)?;
+    let mut world = build_world(&tree, cfg);
+    // A separate stream for the corruption, so the tree of a seed is the same in both inits.
+    let mut rng = SimRng::new(cfg.seed ^ 0x5eed_c0de_0bad_f00d);
+    if cfg.init == Init::Random {
+        corrupt(&mut world, &mut rng, cfg.garbage_per_node);
+    }
+    let mut judge = Judge::new(Oracle::new(&tree), world.nodes());
+    world.start(&mut |p, node| judge.update(p, node));
+    // From an arbitrary configuration, a correct state counts only if it survives everything
+    // in flight: when all is correct and no message descends from the initial garbage, every
+    // message in flight is tainted too, and convergence is declared once they and all they
+    // cause have been delivered with the state still correct (the flush of Lemma A.1). From an
+    // empty start the first correct configuration is final (closure).
+    let flush = cfg.init == Init::Random;
+    let (mut ring_at, mut both_at) = (None, None);
+    let mut flushing = false;
+    let mut snapshot = None;
+    let mut converged_at = None;
+    while world.round() < cfg.max_rounds {
+        let mut changed = false;
+        world.run_round(&mut |p, node| {
+            changed = true;
+            judge.update(p, node)
+        });
+        let round = world.round();
+        ring_at = if judge.ring_bad == 0 {
+            ring_at.or(Some(round))
+        } else {
+            None
+        };
+        let correct = judge.ring_bad == 0 && judge.bmg_bad == 0;
+        if !correct || (changed && flushing) {
+            both_at = None;
+            flushing = false;
+        }
+        if correct && both_at.is_none() && world.tainted_in_flight() == 0 {
+            both_at = Some(round);
+            snapshot = Some((world.traffic().max_received(), world.traffic().sent));
+            if flush {
+                world.taint_in_flight();
+                flushing = true;
+            }
+        }
+        if both_at.is_some() && world.tainted_in_flight() == 0 {
+            converged_at = both_at;
+            break;
+        }
+    }
+    let both_at = converged_at;
+    let converged = both_at.is_some();
+    let total = both_at.unwrap_or(world.round());
+    let ring = ring_at.unwrap_or(world.round());
+    let (max_msgs, total_msgs) =
+        snapshot.unwrap_or((world.traffic().max_received(), world.traffic().sent));
+    let mut changes_after = 0u64;
+    if converged {
+        for _ in 0..cfg.silence_rounds {
+            world.run_round(&mut |_, _| changes_after += 1);
+        }
+    }
+    Ok(BmgRun {
+        nodes: tree.len() as u64,
+        tree: cfg.tree,
+        depth: cfg.depth,
+        degree: cfg.degree,
+        scheduler: cfg.scheduler,
+        init: cfg.init,
+        ring_phases: ring,
+        bmg_phases: total.saturating_sub(ring),
+        total_phases: total,
+        projected_s: total as f64 * cfg.latency.as_secs_f64(),
+        max_msgs_per_proc: max_msgs,
+        total_msgs,
+        converged,
+        quiet_nodes: world.nodes().iter().filter(|o| o.is_quiet()).count() as u64,
+        silence_rounds: if converged { cfg.silence_rounds } else { 0 },
+        changes_after,
+        seed: cfg.seed,
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The depths a sweep visits: from the smallest interesting tree up to `max_depth`.
+pub fn sweep_depths(tree: TreeKind, max_depth: u32) -> std::ops::RangeInclusive<u32> {
+    let first = match tree {
+        TreeKind::Binomial => 2,
+        _ => 1,
+    };
+    first..=max_depth.max(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(tree: TreeKind, depth: u32, scheduler: Scheduler) -> BmgSimConfig {
+        BmgSimConfig {
+            tree,
+            depth,
+            scheduler,
+            degree: 3,
+            silence_rounds: 20,
+            ..BmgSimConfig::default()
+        }
+    }
+
+    #[test]
+    fn binomial_tree_ring_in_four_sync_phases_at_every_size() {
+        for depth in 2..=12 {
+            let r = run(&cfg(TreeKind::Binomial, depth, Scheduler::Sync)).unwrap();
+            assert!(r.converged);
+            assert_eq!(r.ring_phases, 4, "depth {depth}");
+        }
+    }
+
+    #[test]
+    fn binary_tree_ring_grows_with_depth() {
+        // The longest Info path climbs the whole tree: depth + 2 phases.
+        for depth in 1..=12 {
+            let r = run(&cfg(TreeKind::Binary, depth, Scheduler::Sync)).unwrap();
+            assert!(r.converged);
+            assert_eq!(r.ring_phases, depth as u64 + 2, "depth {depth}");
+        }
+    }
+
+    #[test]
+    fn every_tree_converges_silently_under_both_schedulers() {
+        for tree in [TreeKind::Binary, TreeKind::Binomial, TreeKind::Random] {
+            for scheduler in [Scheduler::Sync, Scheduler::Async] {
+                for seed in 0..4 {
+                    let c = BmgSimConfig {
+                        seed,
+                        ..cfg(tree, 6, scheduler)
+                    };
+                    let r = run(&c).unwrap();
+                    assert!(r.converged, "{tree} {scheduler} seed {seed}");
+                    assert_eq!(r.quiet_nodes, r.nodes, "every process goes quiet");
+                    assert_eq!(r.changes_after, 0, "silent after convergence");
+                    assert!(r.ring_phases <= r.total_phases);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_run() {
+        let c = BmgSimConfig {
+            init: Init::Random,
+            refresh: Refresh::Every(8),
+            seed: 99,
+            ..cfg(TreeKind::Random, 5, Scheduler::Async)
+        };
+        let (a, b) = (run(&c).unwrap(), run(&c).unwrap());
+        assert_eq!(
+            (
+                a.nodes,
+                a.ring_phases,
+                a.total_phases,
+                a.total_msgs,
+                a.max_msgs_per_proc
+            ),
+            (
+                b.nodes,
+                b.ring_phases,
+                b.total_phases,
+                b.total_msgs,
+                b.max_msgs_per_proc
+            )
+        );
+    }
+
+    #[test]
+    fn single_process_and_pairs() {
+        for depth in 0..=1 {
+            let r = run(&cfg(TreeKind::Binary, depth, Scheduler::Sync)).unwrap();
+            assert!(r.converged, "depth {depth}");
+        }
+        let r = run(&cfg(TreeKind::Binomial, 1, Scheduler::Async)).unwrap();
+        assert!(r.converged);
+        assert_eq!(r.nodes, 2);
+    }
+
+    #[test]
+    fn oracle_rejects_a_wrong_finger() {
+        let c = cfg(TreeKind::Binary, 4, Scheduler::Sync);
+        let tree = build_tree(&c).unwrap();
+        let mut world = build_world(&tree, &c);
+        world.start(&mut |_, _| {});
+        while world.round() < 100 {
+            world.run_round(&mut |_, _| {});
+        }
+        let oracle = Oracle::new(&tree);
+        assert!((0..tree.len() as u32).all(|p| oracle.bmg_ok(p, &world.nodes()[p as usize])));
+        // Corrupt one finger of one process: the oracle must notice.
+        let mut rng = SimRng::new(1);
+        world.nodes_mut()[3]
+            .bmg
+            .corrupt(|| Some(NodeId(rng.below(3))));
+        assert!(!oracle.bmg_ok(3, &world.nodes()[3]));
+    }
+}

@@ -1,0 +1,12 @@
+//! A deterministic discrete-event simulator that runs weft's sans-IO protocols on up to millions
+//! of simulated processes.
+//!
+//! Same seed, same run: every random choice comes from [`rng::SimRng`], and the schedulers visit
+//! processes in a fixed order.
+
+pub mod bmg;
+pub mod rng;
+pub mod tree;
+pub mod world;
+
+pub use world::{Scheduler, World};
