@@ -1,0 +1,37 @@
+//! The `weft` command line: argument types and one module per subcommand. Subcommands parse,
+//! call the library and print; no protocol or measurement logic lives here.
+
+pub mod sim_bmg;
+
+use clap::{Parser, Subcommand};
+
+/// weft: a resilient communication layer for HPC runtime environments.
+#[derive(Parser, Debug)]
+#[command(name = "weft", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run protocols in the deterministic simulator.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+/// `weft sim ...`
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// Build a ring and a binomial graph from a launch tree (Bosilca et al. 2009).
+    Bmg(sim_bmg::BmgArgs),
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
+    }
+}

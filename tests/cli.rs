@@ -1,0 +1,155 @@
+//! The `weft` binary end to end: JSON fields, sweep outputs, and clear errors on bad input.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn weft(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .output()
+        .expect("run weft")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weft-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn sim_bmg_json_has_the_documented_fields() {
+    let out = weft(&[
+        "sim", "bmg", "--tree", "binomial", "--depth", "8", "--seed", "7", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for field in [
+        "nodes",
+        "tree",
+        "depth",
+        "scheduler",
+        "ring_phases",
+        "bmg_phases",
+        "total_phases",
+        "projected_s",
+        "max_msgs_per_proc",
+        "total_msgs",
+        "converged",
+        "seed",
+        "wall_s",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}");
+    }
+    assert_eq!(v["nodes"], 256);
+    assert_eq!(v["tree"], "binomial");
+    assert_eq!(v["seed"], 7);
+    assert_eq!(v["ring_phases"], 4);
+    assert_eq!(v["converged"], true);
+    let (ring, bmg, total) = (
+        v["ring_phases"].as_u64().unwrap(),
+        v["bmg_phases"].as_u64().unwrap(),
+        v["total_phases"].as_u64().unwrap(),
+    );
+    assert_eq!(ring + bmg, total);
+    let projected = v["projected_s"].as_f64().unwrap();
+    assert!((projected - total as f64 * 50e-6).abs() < 1e-12);
+}
+
+#[test]
+fn sim_bmg_random_init_is_reproducible_from_its_seed() {
+    let args = [
+        "sim",
+        "bmg",
+        "--tree",
+        "random",
+        "--depth",
+        "5",
+        "--degree",
+        "3",
+        "--init",
+        "random",
+        "--scheduler",
+        "async",
+        "--seed",
+        "11",
+        "--json",
+    ];
+    let strip = |o: std::process::Output| {
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("wall_s");
+        v
+    };
+    let (a, b) = (strip(weft(&args)), strip(weft(&args)));
+    assert_eq!(a, b);
+    assert_eq!(a["converged"], true);
+}
+
+#[test]
+fn sweep_writes_csv_and_svg() {
+    let dir = scratch("sweep");
+    let (csv, svg) = (dir.join("sweep.csv"), dir.join("sweep.svg"));
+    let out = weft(&[
+        "sim",
+        "bmg",
+        "--sweep",
+        "--tree",
+        "binary",
+        "--scheduler",
+        "sync",
+        "--max-depth",
+        "6",
+        "--seed",
+        "1",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("nodes") && table.contains("127"), "{table}");
+    let csv = std::fs::read_to_string(csv).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("nodes,tree,depth"));
+    assert_eq!(lines.len(), 1 + 6, "header and depths 1..=6");
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        svg.starts_with("<svg") || svg.contains("<svg "),
+        "not an SVG"
+    );
+    assert!(
+        svg.contains("ring") && svg.contains("BMG"),
+        "legend missing"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    let out = weft(&[
+        "sim",
+        "bmg",
+        "--tree",
+        "binary",
+        "--depth",
+        "40",
+        "--max-nodes",
+        "1000",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("more than 1000 processes"), "{err}");
+    let out = weft(&["sim", "bmg", "--latency-us", "-3"]);
+    assert!(!out.status.success());
+    let out = weft(&["sim", "bmg", "--tree", "random", "--degree", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("degree"));
+}
