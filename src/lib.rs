@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 mod id;
+pub mod ida;
 pub mod plot;
 pub mod proto;
 pub mod sim;

@@ -1,6 +1,7 @@
 //! The `weft` command line: argument types and one module per subcommand. Subcommands parse,
 //! call the library and print; no protocol or measurement logic lives here.
 
+pub mod ida;
 pub mod sim_bmg;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,9 @@ pub enum Command {
     /// Run protocols in the deterministic simulator.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Rabin's information dispersal: robust storage of files as pieces.
+    #[command(subcommand)]
+    Ida(ida::IdaCommand),
 }
 
 /// `weft sim ...`
@@ -33,5 +37,6 @@ pub enum SimCommand {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
+        Command::Ida(cmd) => ida::run(cmd),
     }
 }

@@ -1,0 +1,239 @@
+//! `weft ida`: disperse a file into pieces, rebuild it from any m of them, and benchmark.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use weft::ida::bench::{measure, memcpy, BenchRow, CONFIGS, SIZES};
+use weft::ida::{reconstruct, Dispersal, IdaError, Kernel, Mode, Piece};
+
+/// `weft ida ...`
+#[derive(Subcommand, Debug)]
+pub enum IdaCommand {
+    /// Cut FILE into n pieces, any m of which rebuild it (DIR/piece-000, ...).
+    Disperse(DisperseArgs),
+    /// Rebuild a file from the pieces in DIR (any m suffice).
+    Reconstruct(ReconstructArgs),
+    /// Encode and decode throughput, beside memcpy in the same run.
+    Bench(BenchArgs),
+}
+
+/// Arguments of `weft ida disperse`.
+#[derive(Args, Debug)]
+pub struct DisperseArgs {
+    /// The file to disperse.
+    file: PathBuf,
+    /// Pieces to make (n <= 255).
+    #[arg(short)]
+    n: usize,
+    /// Pieces needed to rebuild (1 <= m <= n).
+    #[arg(short)]
+    m: usize,
+    /// Rabin (every piece a combination) or systematic (pieces 0..m hold the data).
+    #[arg(long, value_enum, default_value_t = Mode::Rabin)]
+    mode: Mode,
+    /// Directory for the pieces (created if missing).
+    #[arg(short, long)]
+    out: PathBuf,
+}
+
+/// Arguments of `weft ida reconstruct`.
+#[derive(Args, Debug)]
+pub struct ReconstructArgs {
+    /// Directory holding pieces.
+    dir: PathBuf,
+    /// Where to write the rebuilt file.
+    #[arg(short, long)]
+    out: PathBuf,
+}
+
+/// Arguments of `weft ida bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Region kernel (default: the fastest this CPU runs, or WEFT_GF_KERNEL).
+    #[arg(long, value_enum)]
+    kernel: Option<Kernel>,
+    /// Seconds spent per measurement (the best run counts).
+    #[arg(long, default_value_t = 0.3)]
+    budget_s: f64,
+    /// One JSON object per measurement.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `weft ida ...`.
+pub fn run(cmd: IdaCommand) -> anyhow::Result<()> {
+    match cmd {
+        IdaCommand::Disperse(a) => disperse(a),
+        IdaCommand::Reconstruct(a) => rebuild(a),
+        IdaCommand::Bench(a) => bench(a),
+    }
+}
+
+fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
+    let data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let d = Dispersal::new(a.n, a.m, a.mode)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let pieces = d.disperse(&data);
+    for p in &pieces {
+        let path = a.out.join(format!("piece-{:03}", p.header.index));
+        std::fs::write(&path, p.to_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!(
+        "{}: {} bytes -> {} pieces of {} bytes in {} ({} mode, any {} rebuild it, kernel {})",
+        a.file.display(),
+        data.len(),
+        a.n,
+        d.piece_len(data.len()),
+        a.out.display(),
+        a.mode,
+        a.m,
+        d.kernel()
+    );
+    Ok(())
+}
+
+/// Read every `piece-*` file of `dir`; invalid ones are reported and skipped.
+fn read_pieces(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Piece)>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("piece-"))
+        })
+        .collect();
+    paths.sort();
+    let mut pieces = Vec::new();
+    for path in paths {
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        match Piece::from_bytes(&bytes) {
+            Ok(p) => pieces.push((path, p)),
+            Err(e) => eprintln!("skipping {}: {e}", path.display()),
+        }
+    }
+    Ok(pieces)
+}
+
+fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
+    let found = read_pieces(&a.dir)?;
+    if found.is_empty() {
+        bail!("0 valid pieces in {}, at least 1 needed", a.dir.display());
+    }
+    // Every valid piece must come from one dispersal of one file; mixing is refused.
+    let pieces: Vec<Piece> = found.iter().map(|(_, p)| p.clone()).collect();
+    let m = pieces[0].header.m as usize;
+    let data = match reconstruct(&pieces) {
+        Ok(d) => d,
+        Err(e @ IdaError::TooFewPieces { .. }) => bail!("{e} in {}", a.dir.display()),
+        Err(e) => return Err(e.into()),
+    };
+    std::fs::write(&a.out, &data).with_context(|| format!("writing {}", a.out.display()))?;
+    let mut used: Vec<u8> = pieces.iter().map(|p| p.header.index).collect();
+    used.sort_unstable();
+    used.truncate(m);
+    println!(
+        "{}: {} bytes rebuilt from pieces {:?} ({} found, {} needed), SHA-256 verified",
+        a.out.display(),
+        data.len(),
+        used,
+        pieces.len(),
+        m
+    );
+    Ok(())
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    let kernel = match a.kernel {
+        Some(k) if !k.available() => bail!("kernel {k} is not supported by this CPU"),
+        Some(k) => k,
+        None => Kernel::detect()?,
+    };
+    let budget = Duration::from_secs_f64(a.budget_s.max(0.01));
+    if !a.json {
+        println!(
+            "weft ida bench: kernel {kernel}, best of {:.1} s per figure, GB/s of file bytes{}",
+            budget.as_secs_f64(),
+            if cfg!(feature = "isal") {
+                ", ISA-L in the same run"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "{:>6} {:>10} {:>3} {:>3} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8}",
+            "op", "mode", "m", "n", "bytes", "kernel", "GB/s", "/memcpy", "isal GB/s", "/isal"
+        );
+    }
+    for bytes in SIZES {
+        let copy = memcpy(bytes, budget);
+        print_row(&a, &copy, copy.gb_per_s, None);
+        for mode in [Mode::Systematic, Mode::Rabin] {
+            for (m, n) in CONFIGS {
+                let ours = measure(m, n, bytes, mode, kernel, budget)?;
+                let peers = isal_rows(m, n, bytes, mode, budget)?;
+                for (i, r) in ours.iter().enumerate() {
+                    // Pair each of our rows with ISA-L's own dispatch for the same operation.
+                    let peer = peers
+                        .iter()
+                        .filter(|p| p.op == r.op)
+                        .find(|p| p.kernel == "isal");
+                    print_row(&a, r, copy.gb_per_s, peer.map(|p| p.gb_per_s));
+                    let _ = i;
+                }
+                for p in &peers {
+                    if a.json {
+                        println!("{}", serde_json::to_string(p)?);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_row(a: &BenchArgs, r: &BenchRow, memcpy_gbs: f64, isal: Option<f64>) {
+    if a.json {
+        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        return;
+    }
+    let (peer, ratio) = match isal {
+        Some(g) => (format!("{g:.2}"), format!("{:.2}", r.gb_per_s / g)),
+        None => ("-".into(), "-".into()),
+    };
+    println!(
+        "{:>6} {:>10} {:>3} {:>3} {:>8} {:>9} {:>7.2} {:>7.2} {:>9} {:>8}",
+        r.op,
+        r.mode,
+        r.m,
+        r.n,
+        r.bytes,
+        r.kernel,
+        r.gb_per_s,
+        r.gb_per_s / memcpy_gbs,
+        peer,
+        ratio
+    );
+}
+
+#[cfg(feature = "isal")]
+fn isal_rows(
+    m: usize,
+    n: usize,
+    bytes: usize,
+    mode: Mode,
+    budget: Duration,
+) -> anyhow::Result<Vec<BenchRow>> {
+    use weft::ida::bench::measure_isal;
+    use weft::ida::isal::Variant;
+    let mut rows = measure_isal(m, n, bytes, mode, Variant::Auto, budget)?;
+    rows.extend(measure_isal(m, n, bytes, mode, Variant::Avx2, budget)?);
+    Ok(rows)
+}
+
+#[cfg(not(feature = "isal"))]
+fn isal_rows(_: usize, _: usize, _: usize, _: Mode, _: Duration) -> anyhow::Result<Vec<BenchRow>> {
+    Ok(Vec::new())
+}
