@@ -56,5 +56,6 @@ pub mod plot;
 pub mod proto;
 pub mod sim;
 pub mod topology;
+pub mod wire;
 
 pub use id::{NodeId, Rank};

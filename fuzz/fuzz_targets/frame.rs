@@ -1,0 +1,37 @@
+//! Arbitrary bytes from the network: the frame decoder, the in-place message validation and
+//! the handshake must answer with an error, never a panic or a hang.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
+use weft::wire::{FrameDecoder, Kind, Msg};
+use weft::NodeId;
+
+fuzz_target!(|data: &[u8]| {
+    // Split the input in two pushes at a data-dependent point: exercises partial frames.
+    let cut = data.first().map_or(0, |&b| b as usize).min(data.len());
+    let mut d = FrameDecoder::new(1 << 16);
+    let me = Identity { job_id: 7, node_id: NodeId(1), key: JobKey::from_bytes([9; 32]) };
+    let mut out = Vec::new();
+    let mut hs = Handshake::with_nonce(Role::Responder, me, None, [2; 32], &mut out).expect("hello");
+    for part in [&data[..cut], &data[cut..]] {
+        d.push(part);
+        loop {
+            match d.next_frame() {
+                Ok(Some((kind, body))) => {
+                    let bytes = &d.bytes()[body];
+                    if kind == Kind::Msg {
+                        if let Ok(m) = Msg::access(bytes) {
+                            let _ = m.to_overlay();
+                        }
+                    }
+                    if hs.on_frame(kind, bytes, &mut out).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+    }
+});
