@@ -50,12 +50,14 @@
 
 #![warn(missing_docs)]
 
+pub mod engine;
 mod id;
 pub mod ida;
 pub mod plot;
 pub mod proto;
 pub mod sim;
 pub mod topology;
+pub mod transport;
 pub mod wire;
 
 pub use id::{NodeId, Rank};

@@ -11,6 +11,7 @@
 
 pub mod bmg;
 pub mod overlay;
+pub mod ping;
 pub mod ring;
 pub mod spontaneous;
 
@@ -53,6 +54,15 @@ pub enum Event {
     Quiet,
     /// The node's local state changed after it had gone quiet; it fires its rules again.
     Woke,
+    /// A ping-pong round trip completed.
+    RoundTrip {
+        /// Payload bytes.
+        size: usize,
+        /// Round-trip time in nanoseconds.
+        rtt_ns: u64,
+    },
+    /// The protocol has finished its work (e.g. all pings done).
+    Done,
 }
 
 /// What a protocol asks its driver to do.
@@ -152,6 +162,10 @@ pub trait Protocol {
 
     /// Called when a timer armed with [`Outbox::set_timer`] comes due.
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Self::Msg>);
+
+    /// The transport lost its connection to `peer` (or could not make one): a suspected
+    /// failure, which the protocol may act on (the failure detectors of the membership papers).
+    fn on_suspect(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
 
     /// A counter that changes whenever the protocol's output state changes. Drivers compare it
     /// before and after a call to notice a change without diffing state.

@@ -11,7 +11,7 @@ pub mod msg;
 
 pub use decoder::FrameDecoder;
 pub use frame::Kind;
-pub use msg::{ArchivedMsg, Msg};
+pub use msg::{ArchivedMsg, Msg, WireMsg};
 
 /// Why bytes from a peer were refused. The connection that sent them is closed; the node goes on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -126,3 +126,44 @@ impl ArchivedMsg {
         })
     }
 }
+
+/// A protocol message type that travels inside [`Msg`].
+pub trait WireMsg: Sized {
+    /// Wrap for sending.
+    fn to_wire(self) -> Msg;
+    /// Read from a validated archive; `None` if the message is not this protocol's.
+    fn from_wire(m: &ArchivedMsg) -> Option<Self>;
+}
+
+impl WireMsg for OverlayMsg {
+    fn to_wire(self) -> Msg {
+        self.into()
+    }
+    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+        m.to_overlay()
+    }
+}
+
+impl WireMsg for crate::proto::ping::PingMsg {
+    fn to_wire(self) -> Msg {
+        use crate::proto::ping::PingMsg;
+        match self {
+            PingMsg::Ping { seq, payload } => Msg::Ping { seq, payload },
+            PingMsg::Pong { seq, payload } => Msg::Pong { seq, payload },
+        }
+    }
+    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+        use crate::proto::ping::PingMsg;
+        match m {
+            ArchivedMsg::Ping { seq, payload } => Some(PingMsg::Ping {
+                seq: seq.to_native(),
+                payload: payload.as_slice().to_vec(),
+            }),
+            ArchivedMsg::Pong { seq, payload } => Some(PingMsg::Pong {
+                seq: seq.to_native(),
+                payload: payload.as_slice().to_vec(),
+            }),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! One node's reactor on the `poll` backend: accept, connect, handshake, frame, deliver, time.
+//!
+//! Connections are one-way for protocol traffic: a node sends to a peer only on the connection
+//! it opened itself, and reads from every authenticated connection. Two nodes that talk both
+//! ways hold two connections, and each direction is FIFO, which is what the papers' channels
+//! assume. A connection that fails (refused, reset, closed, or a frame that does not check) is
+//! closed alone; if its peer was known, the protocol hears `on_suspect(peer)`.
+
+use super::timers::Timers;
+use super::{EngineError, WaitMode, SPIN};
+use crate::proto::{Action, Event, Outbox, Protocol, Time};
+use crate::wire::handshake::{Handshake, Identity, Role};
+use crate::wire::{FrameDecoder, Kind, Msg, WireMsg};
+use crate::NodeId;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+const LISTENER: Token = Token(0);
+/// The token of the waker that interrupts a blocked poll for commands.
+pub const WAKER: Token = Token(1);
+const FIRST_CONN: usize = 2;
+
+/// Orders from outside the reactor.
+#[derive(Debug)]
+pub enum Command {
+    /// Close every socket and return.
+    Stop,
+    /// Learn (or change) a peer's address.
+    AddPeer(NodeId, SocketAddr),
+}
+
+/// What a reactor tells the outside world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A peer proved it belongs to the job.
+    Authenticated(NodeId),
+    /// A connection was refused or dropped for a reason (bad frame, failed handshake, ...).
+    Refused(String),
+    /// A connection to a known peer failed: reported to the protocol as a suspected failure.
+    Suspect(NodeId),
+    /// The protocol reported an event.
+    Protocol(Event),
+}
+
+/// Static settings of one reactor.
+#[derive(Debug, Clone)]
+pub struct ReactorConfig {
+    /// Who this node is in the job.
+    pub identity: Identity,
+    /// Known peers (the knowledge-network model: a node sends only to ids it knows).
+    pub peers: HashMap<NodeId, SocketAddr>,
+    /// How to wait.
+    pub wait: WaitMode,
+    /// Largest frame body accepted.
+    pub max_body: u32,
+}
+
+struct Conn {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    out: Vec<u8>,
+    written: usize,
+    handshake: Handshake,
+    /// The authenticated peer.
+    peer: Option<NodeId>,
+    /// Whom we dialed, for connections we opened.
+    dialed: Option<NodeId>,
+    /// Frames waiting for authentication (our own connections only).
+    queued: Vec<u8>,
+}
+
+impl Conn {
+    /// Write as much of `out` as the socket takes.
+    fn flush(&mut self) -> std::io::Result<()> {
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.written = 0;
+        Ok(())
+    }
+}
+
+/// One node's event loop.
+pub struct Reactor<P: Protocol> {
+    cfg: ReactorConfig,
+    poll: Poll,
+    listener: TcpListener,
+    conns: Vec<Option<Conn>>,
+    /// Our own connection to each peer.
+    dialed: HashMap<NodeId, usize>,
+    proto: P,
+    outbox: Outbox<P::Msg>,
+    timers: Timers,
+    epoch: Instant,
+    commands: Receiver<Command>,
+    events: Sender<(NodeId, NodeEvent)>,
+    scratch: Vec<u8>,
+    inbox: Vec<(NodeId, P::Msg)>,
+    stop: bool,
+}
+
+impl<P: Protocol> Reactor<P>
+where
+    P::Msg: WireMsg,
+{
+    /// A reactor over an already bound listener. `poll` must be the one the caller's [`Waker`]
+    /// (token [`WAKER`]) was registered with.
+    pub fn new(
+        cfg: ReactorConfig,
+        poll: Poll,
+        listener: std::net::TcpListener,
+        proto: P,
+        commands: Receiver<Command>,
+        events: Sender<(NodeId, NodeEvent)>,
+    ) -> Result<Self, EngineError> {
+        listener.set_nonblocking(true)?;
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Self {
+            cfg,
+            poll,
+            listener,
+            conns: Vec::new(),
+            dialed: HashMap::new(),
+            proto,
+            outbox: Outbox::new(),
+            timers: Timers::default(),
+            epoch: Instant::now(),
+            commands,
+            events,
+            scratch: vec![0u8; 256 * 1024],
+            inbox: Vec::new(),
+            stop: false,
+        })
+    }
+
+    fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn me(&self) -> NodeId {
+        self.cfg.identity.node_id
+    }
+
+    fn emit(&self, e: NodeEvent) {
+        let _ = self.events.send((self.me(), e));
+    }
+
+    /// Run until [`Command::Stop`]; returns the protocol with its final state.
+    pub fn run(mut self) -> Result<P, EngineError> {
+        let now = self.now();
+        self.proto.on_start(now, &mut self.outbox);
+        self.apply_outbox()?;
+        let mut events = Events::with_capacity(256);
+        let mut last_activity = Instant::now();
+        while !self.stop {
+            let now = self.now();
+            let timeout = match self.cfg.wait {
+                WaitMode::Busy => Some(Duration::ZERO),
+                WaitMode::Adaptive if last_activity.elapsed() < SPIN => Some(Duration::ZERO),
+                _ => self.timers.next_in(now),
+            };
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if !events.is_empty() {
+                last_activity = Instant::now();
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept()?,
+                    WAKER => self.commands()?,
+                    Token(t) => self.service(
+                        t - FIRST_CONN,
+                        ev.is_readable(),
+                        ev.is_writable() || ev.is_error(),
+                    )?,
+                }
+            }
+            self.deliver()?;
+            let now = self.now();
+            while let Some(t) = self.timers.pop_due(now) {
+                self.proto.on_timer(now, t, &mut self.outbox);
+                self.apply_outbox()?;
+                last_activity = Instant::now();
+            }
+        }
+        Ok(self.proto)
+    }
+
+    fn commands(&mut self) -> Result<(), EngineError> {
+        while let Ok(c) = self.commands.try_recv() {
+            match c {
+                Command::Stop => self.stop = true,
+                Command::AddPeer(id, addr) => {
+                    self.cfg.peers.insert(id, addr);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, conn: Conn) -> Result<usize, EngineError> {
+        let slot = match self.conns.iter().position(|c| c.is_none()) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        let mut conn = conn;
+        self.poll.registry().register(
+            &mut conn.stream,
+            Token(slot + FIRST_CONN),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        self.conns[slot] = Some(conn);
+        Ok(slot)
+    }
+
+    fn accept(&mut self) -> Result<(), EngineError> {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nodelay(true)?;
+                    let mut out = Vec::new();
+                    let handshake = match Handshake::start(
+                        Role::Responder,
+                        self.cfg.identity.clone(),
+                        None,
+                        &mut out,
+                    ) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            self.emit(NodeEvent::Refused(e.to_string()));
+                            continue;
+                        }
+                    };
+                    let conn = Conn {
+                        stream,
+                        decoder: FrameDecoder::new(self.cfg.max_body),
+                        out,
+                        written: 0,
+                        handshake,
+                        peer: None,
+                        dialed: None,
+                        queued: Vec::new(),
+                    };
+                    self.insert(conn)?;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Close one connection; tell the protocol if a known peer is lost.
+    fn close(&mut self, slot: usize, why: String) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(|c| c.take()) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let who = conn.peer.or(conn.dialed);
+        if let Some(d) = conn.dialed {
+            if self.dialed.get(&d) == Some(&slot) {
+                self.dialed.remove(&d);
+            }
+        }
+        if conn.peer.is_none() {
+            self.emit(NodeEvent::Refused(why));
+        }
+        if let Some(peer) = who {
+            self.emit(NodeEvent::Suspect(peer));
+            let now = self.now();
+            self.proto.on_suspect(now, peer, &mut self.outbox);
+        }
+    }
+
+    fn service(&mut self, slot: usize, readable: bool, writable: bool) -> Result<(), EngineError> {
+        if writable {
+            let failed = match self.conns.get_mut(slot).and_then(|c| c.as_mut()) {
+                Some(conn) => match conn.stream.take_error() {
+                    Ok(Some(e)) | Err(e) => Some(e.to_string()),
+                    Ok(None) => conn.flush().err().map(|e| e.to_string()),
+                },
+                None => return Ok(()),
+            };
+            if let Some(why) = failed {
+                self.close(slot, why);
+                return self.apply_outbox();
+            }
+        }
+        if readable {
+            if let Err(why) = self.read(slot) {
+                self.close(slot, why);
+            }
+        }
+        self.apply_outbox()
+    }
+
+    /// Read everything available and turn complete frames into handshake steps or messages.
+    fn read(&mut self, slot: usize) -> Result<(), String> {
+        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return Ok(());
+        };
+        let mut closed = false;
+        loop {
+            match conn.stream.read(&mut self.scratch) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => conn.decoder.push(&self.scratch[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        while let Some((kind, body)) = conn.decoder.next_frame().map_err(|e| e.to_string())? {
+            let bytes = &conn.decoder.bytes()[body];
+            match conn.peer {
+                None => {
+                    if let Some(peer) = conn
+                        .handshake
+                        .on_frame(kind, bytes, &mut conn.out)
+                        .map_err(|e| e.to_string())?
+                    {
+                        conn.peer = Some(peer);
+                        // Our own connection: release what waited for authentication.
+                        conn.out.append(&mut conn.queued);
+                        let _ = self
+                            .events
+                            .send((self.cfg.identity.node_id, NodeEvent::Authenticated(peer)));
+                    }
+                    conn.flush().map_err(|e| e.to_string())?;
+                }
+                Some(peer) if kind == Kind::Msg => {
+                    let msg = Msg::access(bytes).map_err(|e| e.to_string())?;
+                    if let Some(m) = P::Msg::from_wire(msg) {
+                        self.inbox.push((peer, m));
+                    }
+                }
+                Some(_) => return Err(format!("unexpected {kind:?} frame after the handshake")),
+            }
+        }
+        if closed {
+            return Err("closed by peer".into());
+        }
+        Ok(())
+    }
+
+    /// Hand received messages to the protocol, in arrival order.
+    fn deliver(&mut self) -> Result<(), EngineError> {
+        if self.inbox.is_empty() {
+            return Ok(());
+        }
+        let now = self.now();
+        let inbox = std::mem::take(&mut self.inbox);
+        for (from, m) in inbox {
+            self.proto.on_message(now, from, m, &mut self.outbox);
+            self.apply_outbox()?;
+        }
+        Ok(())
+    }
+
+    /// Carry out what the protocol asked for.
+    fn apply_outbox(&mut self) -> Result<(), EngineError> {
+        let actions: Vec<Action<P::Msg>> = self.outbox.drain().collect();
+        for a in actions {
+            match a {
+                Action::Send { to, msg } => self.send(to, msg.to_wire())?,
+                Action::SetTimer { timer, after } => {
+                    let at = self.now() + after;
+                    self.timers.set(timer, at);
+                }
+                Action::CancelTimer(t) => self.timers.cancel(t),
+                Action::Report(e) => self.emit(NodeEvent::Protocol(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, to: NodeId, msg: Msg) -> Result<(), EngineError> {
+        let slot = match self.dialed.get(&to) {
+            Some(&s) => s,
+            None => match self.dial(to)? {
+                Some(s) => s,
+                None => return Ok(()),
+            },
+        };
+        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return Ok(());
+        };
+        let buf = if conn.peer.is_some() {
+            &mut conn.out
+        } else {
+            &mut conn.queued
+        };
+        if let Err(e) = msg.write_frame(buf) {
+            self.emit(NodeEvent::Refused(e.to_string()));
+            return Ok(());
+        }
+        if conn.peer.is_some() {
+            if let Err(e) = conn.flush() {
+                self.close(slot, e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Open our connection to `to`, if we know its address.
+    fn dial(&mut self, to: NodeId) -> Result<Option<usize>, EngineError> {
+        let Some(&addr) = self.cfg.peers.get(&to) else {
+            self.emit(NodeEvent::Refused(format!("no address for {to}")));
+            return Ok(None);
+        };
+        let stream = match TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => {
+                self.emit(NodeEvent::Suspect(to));
+                let now = self.now();
+                self.proto.on_suspect(now, to, &mut self.outbox);
+                self.emit(NodeEvent::Refused(format!("connect {addr}: {e}")));
+                return Ok(None);
+            }
+        };
+        stream.set_nodelay(true)?;
+        let mut out = Vec::new();
+        let handshake = match Handshake::start(
+            Role::Initiator,
+            self.cfg.identity.clone(),
+            Some(to),
+            &mut out,
+        ) {
+            Ok(h) => h,
+            Err(e) => {
+                self.emit(NodeEvent::Refused(e.to_string()));
+                return Ok(None);
+            }
+        };
+        let slot = self.insert(Conn {
+            stream,
+            decoder: FrameDecoder::new(self.cfg.max_body),
+            out,
+            written: 0,
+            handshake,
+            peer: None,
+            dialed: Some(to),
+            queued: Vec::new(),
+        })?;
+        self.dialed.insert(to, slot);
+        Ok(Some(slot))
+    }
+}
+
+/// Wake a reactor blocked in `poll` so it reads its commands.
+pub fn wake(w: &Waker) {
+    let _ = w.wake();
+}

@@ -1,0 +1,175 @@
+//! Ping-pong: the latency probe behind `weft ping` and the model's `L`, as a sans-IO protocol
+//! so that it runs on the engine exactly like the other protocols.
+//!
+//! The pinger sends `Ping { seq, payload }`, the ponger echoes it, and each `Pong` reports the
+//! round trip (`Event::RoundTrip`) measured with the driver's clock, then sends the next ping.
+
+use super::{Event, Outbox, Protocol, Time, TimerId};
+use crate::NodeId;
+
+/// Messages of ping-pong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PingMsg {
+    /// Echo this.
+    Ping {
+        /// Sequence number.
+        seq: u64,
+        /// Payload.
+        payload: Vec<u8>,
+    },
+    /// The echo.
+    Pong {
+        /// Sequence number.
+        seq: u64,
+        /// Payload.
+        payload: Vec<u8>,
+    },
+}
+
+/// Either end of a ping-pong.
+#[derive(Debug)]
+pub struct PingPong {
+    /// `Some` on the pinger: the peer, the rounds per size and the sizes still to do.
+    plan: Option<(NodeId, u64, Vec<usize>)>,
+    seq: u64,
+    left: u64,
+    sent_at: Time,
+    warmup: u64,
+}
+
+impl PingPong {
+    /// The echoing end.
+    pub fn ponger() -> Self {
+        Self {
+            plan: None,
+            seq: 0,
+            left: 0,
+            sent_at: Time::ZERO,
+            warmup: 0,
+        }
+    }
+
+    /// The measuring end: `iters` timed round trips per size (after `warmup` untimed ones), in
+    /// the order of `sizes`, to `peer`.
+    pub fn pinger(peer: NodeId, sizes: Vec<usize>, iters: u64, warmup: u64) -> Self {
+        Self {
+            plan: Some((peer, iters, sizes.into_iter().rev().collect())),
+            seq: 0,
+            left: 0,
+            sent_at: Time::ZERO,
+            warmup,
+        }
+    }
+
+    /// Send the next ping of the current size, or report `Done` when no size is left.
+    fn send_current(&mut self, now: Time, out: &mut Outbox<PingMsg>) {
+        let Some((peer, _, sizes)) = &self.plan else {
+            return;
+        };
+        let Some(&size) = sizes.last() else {
+            out.report(Event::Done);
+            return;
+        };
+        self.seq += 1;
+        self.sent_at = now;
+        out.send(
+            *peer,
+            PingMsg::Ping {
+                seq: self.seq,
+                payload: vec![0x5a; size],
+            },
+        );
+    }
+
+    fn rounds_per_size(&self) -> u64 {
+        self.plan.as_ref().map_or(0, |p| p.1) + self.warmup
+    }
+}
+
+impl Protocol for PingPong {
+    type Msg = PingMsg;
+
+    fn on_start(&mut self, now: Time, out: &mut Outbox<PingMsg>) {
+        self.left = self.rounds_per_size();
+        self.send_current(now, out);
+    }
+
+    fn on_message(&mut self, now: Time, from: NodeId, msg: PingMsg, out: &mut Outbox<PingMsg>) {
+        match msg {
+            PingMsg::Ping { seq, payload } => out.send(from, PingMsg::Pong { seq, payload }),
+            PingMsg::Pong { seq, payload } => {
+                if self.plan.is_none() || seq != self.seq {
+                    return;
+                }
+                let timed = self.left <= self.plan.as_ref().map_or(0, |p| p.1);
+                if timed {
+                    out.report(Event::RoundTrip {
+                        size: payload.len(),
+                        rtt_ns: now.since(self.sent_at).as_nanos() as u64,
+                    });
+                }
+                self.left -= 1;
+                if self.left == 0 {
+                    if let Some((_, _, sizes)) = &mut self.plan {
+                        sizes.pop();
+                    }
+                    self.left = self.rounds_per_size();
+                }
+                self.send_current(now, out);
+            }
+        }
+    }
+
+    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<PingMsg>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Action;
+
+    #[test]
+    fn pinger_walks_sizes_and_reports_timed_rounds_only() {
+        let (a, b) = (NodeId(1), NodeId(2));
+        let mut p = PingPong::pinger(b, vec![8, 64], 3, 1);
+        let mut q = PingPong::ponger();
+        let mut out = Outbox::new();
+        let mut back = Outbox::new();
+        p.on_start(Time(0), &mut out);
+        let mut reports = Vec::new();
+        let mut t = 0;
+        for _ in 0..100 {
+            let acts: Vec<_> = out.drain().collect();
+            if acts.is_empty() {
+                break;
+            }
+            for act in acts {
+                match act {
+                    Action::Send { msg, .. } => {
+                        q.on_message(Time(t), a, msg, &mut back);
+                        t += 10;
+                        for reply in back.drain() {
+                            if let Action::Send { msg, .. } = reply {
+                                p.on_message(Time(t), b, msg, &mut out);
+                            }
+                        }
+                    }
+                    Action::Report(e) => reports.push(e),
+                    _ => {}
+                }
+            }
+        }
+        let trips: Vec<(usize, u64)> = reports
+            .iter()
+            .filter_map(|e| match e {
+                Event::RoundTrip { size, rtt_ns } => Some((*size, *rtt_ns)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            trips,
+            vec![(8, 10), (8, 10), (8, 10), (64, 10), (64, 10), (64, 10)]
+        );
+        assert_eq!(reports.last(), Some(&Event::Done));
+    }
+}

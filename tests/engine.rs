@@ -1,0 +1,282 @@
+//! The engine on real sockets (127.0.0.1): protocols run unchanged, failures are reported, and
+//! bad input closes one connection while the node keeps serving the others.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use weft::engine::reactor::NodeEvent;
+use weft::engine::WaitMode;
+use weft::proto::overlay::Overlay;
+use weft::proto::ping::PingPong;
+use weft::proto::ring::Ring;
+use weft::proto::spontaneous::SpontaneousConfig;
+use weft::proto::Event;
+use weft::sim::tree::Tree;
+use weft::topology::bmg as formula;
+use weft::transport::{Cluster, NodeOptions};
+use weft::wire::frame::{write_frame, FrameHeader, Kind};
+use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
+use weft::{NodeId, Rank};
+
+fn opts() -> NodeOptions {
+    NodeOptions {
+        wait: WaitMode::Block, // tests share 2 cores with many reactors: no spinning
+        pin: false,
+        ..NodeOptions::default()
+    }
+}
+
+/// Wait for events until `done` says so or the deadline passes; returns what was seen.
+fn collect(
+    events: &std::sync::mpsc::Receiver<(NodeId, NodeEvent)>,
+    secs: u64,
+    mut done: impl FnMut(&[(NodeId, NodeEvent)]) -> bool,
+) -> Vec<(NodeId, NodeEvent)> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline && !done(&seen) {
+        if let Ok(e) = events.recv_timeout(Duration::from_millis(20)) {
+            seen.push(e);
+        }
+    }
+    seen
+}
+
+#[test]
+fn ping_pong_over_loopback_all_sizes() {
+    let sizes = vec![8, 4096, 1 << 20];
+    let c = Cluster::start(2, opts(), |i, ids| {
+        if i == 0 {
+            PingPong::pinger(ids[1], sizes.clone(), 50, 5)
+        } else {
+            PingPong::ponger()
+        }
+    })
+    .unwrap();
+    let seen = collect(&c.events, 30, |s| {
+        s.iter()
+            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
+    });
+    let trips: Vec<usize> = seen
+        .iter()
+        .filter_map(|(_, e)| match e {
+            NodeEvent::Protocol(Event::RoundTrip { size, .. }) => Some(*size),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(trips.len(), 150, "{seen:?}");
+    for s in &sizes {
+        assert_eq!(trips.iter().filter(|&&t| t == *s).count(), 50);
+    }
+}
+
+#[test]
+fn overlay_builds_the_bmg_on_real_sockets() {
+    // The same Algorithm 1 + 2 code the simulator runs, on 15 real nodes (binary launch tree).
+    let tree = Tree::binary(3, 1 << 10).unwrap();
+    let n = tree.len();
+    let spont = SpontaneousConfig {
+        period: Duration::from_millis(2),
+        refresh: Some(Duration::from_millis(100)),
+    };
+    let c = Cluster::start(n, opts(), |i, _| {
+        let p = i as u32;
+        let ring = Ring::new(
+            NodeId(i as u64),
+            tree.parent(p).map(|q| NodeId(q as u64)),
+            tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
+        );
+        Overlay::new(ring, n as u32, spont)
+    })
+    .unwrap();
+    // Every node reports Quiet once its own state is settled.
+    let seen = collect(&c.events, 20, |s| {
+        s.iter()
+            .filter(|(_, e)| *e == NodeEvent::Protocol(Event::Quiet))
+            .map(|(id, _)| *id)
+            .collect::<HashSet<_>>()
+            .len()
+            == n
+    });
+    std::thread::sleep(Duration::from_millis(300)); // let the last BMG levels land
+    let finals: Vec<Overlay> = c.nodes.into_iter().map(|h| h.stop().unwrap()).collect();
+    let order = tree.preorder();
+    let mut pos = vec![0u32; n];
+    for (i, &p) in order.iter().enumerate() {
+        pos[p as usize] = i as u32;
+    }
+    let at = |r: Rank| Some(NodeId(order[r.0 as usize] as u64));
+    for (p, o) in finals.iter().enumerate() {
+        let a = Rank(pos[p]);
+        assert_eq!(
+            o.ring.succ(),
+            at(Rank((a.0 + 1) % n as u32)),
+            "succ of {p}; events {seen:?}"
+        );
+        for k in 0..formula::levels(n as u32) {
+            assert_eq!(
+                o.bmg.cw(k as usize),
+                at(formula::cw(a, k, n as u32)),
+                "CW[{k}] of {p}"
+            );
+            assert_eq!(
+                o.bmg.ccw(k as usize),
+                at(formula::ccw(a, k, n as u32)),
+                "CCW[{k}] of {p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_stopped_peer_is_reported_not_hung_on() {
+    let c = Cluster::start(2, opts(), |i, ids| {
+        if i == 0 {
+            PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
+        } else {
+            PingPong::ponger()
+        }
+    })
+    .unwrap();
+    let mut nodes = c.nodes;
+    // Let traffic flow, then kill the ponger mid-stream.
+    collect(&c.events, 5, |s| s.len() > 100);
+    let ponger = nodes.pop().unwrap();
+    ponger.stop().unwrap();
+    let seen = collect(&c.events, 5, |s| {
+        s.iter()
+            .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1)))
+    });
+    assert!(
+        seen.iter()
+            .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1))),
+        "node 0 never suspected node 1"
+    );
+}
+
+#[test]
+fn bad_input_closes_one_connection_and_the_node_serves_on() {
+    let key = JobKey::from_bytes([3; 32]);
+    let o = NodeOptions {
+        key: Some(key.clone()),
+        max_body: 1 << 20,
+        ..opts()
+    };
+    let c = Cluster::start(2, o, |_, _| PingPong::ponger()).unwrap();
+    let target = c.nodes[1].addr;
+    let refused = |seen: &[(NodeId, NodeEvent)]| {
+        seen.iter()
+            .filter(|(_, e)| matches!(e, NodeEvent::Refused(_)))
+            .count()
+    };
+
+    // 1. Garbage bytes.
+    let mut s = TcpStream::connect(target).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: weft\r\n\r\n")
+        .unwrap();
+    let seen = collect(&c.events, 5, |s| refused(s) >= 1);
+    assert!(refused(&seen) >= 1, "garbage not refused: {seen:?}");
+
+    // 2. An oversized length, refused from the header alone.
+    let mut s2 = TcpStream::connect(target).unwrap();
+    let mut f = Vec::new();
+    FrameHeader::write(Kind::Hello, 1 << 30, &mut f);
+    s2.write_all(&f).unwrap();
+    let seen = collect(&c.events, 5, |s| refused(s) >= 1);
+    assert!(
+        seen.iter()
+            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("exceeds"))),
+        "{seen:?}"
+    );
+
+    // 3. A truncated frame, then the connection ends.
+    let mut s3 = TcpStream::connect(target).unwrap();
+    let mut f = Vec::new();
+    write_frame(Kind::Hello, &[0u8; 64], &mut f).unwrap();
+    s3.write_all(&f[..40]).unwrap();
+    drop(s3);
+    let seen = collect(&c.events, 5, |s| refused(s) >= 1);
+    assert!(refused(&seen) >= 1, "truncated frame not refused: {seen:?}");
+
+    // 4. A handshake with the wrong key.
+    let stranger = Identity {
+        job_id: 1,
+        node_id: NodeId(99),
+        key: JobKey::from_bytes([4; 32]),
+    };
+    let mut out = Vec::new();
+    let mut hs = Handshake::start(Role::Initiator, stranger, None, &mut out).unwrap();
+    let mut s4 = TcpStream::connect(target).unwrap();
+    s4.write_all(&out).unwrap();
+    // Read the node's Hello and send our (wrong) Auth.
+    s4.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut dec = weft::wire::FrameDecoder::default();
+    let mut buf = [0u8; 4096];
+    let mut replied = false;
+    while !replied {
+        let n = std::io::Read::read(&mut s4, &mut buf).unwrap();
+        assert!(n > 0, "node closed before its Hello");
+        dec.push(&buf[..n]);
+        while let Some((k, body)) = dec.next_frame().unwrap() {
+            let mut reply = Vec::new();
+            let _ = hs.on_frame(k, &dec.bytes()[body], &mut reply);
+            if !reply.is_empty() {
+                s4.write_all(&reply).unwrap();
+                replied = true;
+            }
+        }
+    }
+    let seen = collect(&c.events, 5, |s| {
+        s.iter()
+            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("job key")))
+    });
+    assert!(
+        seen.iter()
+            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("job key"))),
+        "{seen:?}"
+    );
+    assert!(!seen
+        .iter()
+        .any(|(_, e)| *e == NodeEvent::Authenticated(NodeId(99))));
+
+    // Through all of it node 1 still serves a legitimate peer: node 0 pings it.
+    // (A fresh node 0 replaces the cluster's idle one; node 1 learns its new address.)
+    let mut nodes = c.nodes;
+    let ponger = nodes.pop().unwrap();
+    nodes.pop().unwrap().stop().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l = weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    ponger.add_peer(NodeId(0), l.local_addr().unwrap());
+    let peers = [(ponger.id, ponger.addr)].into_iter().collect();
+    let o2 = NodeOptions {
+        key: Some(key),
+        ..opts()
+    };
+    let spec = weft::transport::NodeSpec {
+        id: NodeId(0),
+        listener: l,
+        peers,
+        key: JobKey::from_bytes([3; 32]),
+        core: None,
+    };
+    let _p = weft::transport::spawn(spec, &o2, PingPong::pinger(ponger.id, vec![32], 10, 0), tx)
+        .unwrap();
+    let seen = collect(&rx, 10, |s| {
+        s.iter()
+            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
+    });
+    assert!(
+        seen.iter()
+            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
+        "node stopped serving: {seen:?}"
+    );
+}
+
+#[test]
+fn forcing_the_missing_backend_is_a_clear_error() {
+    use weft::engine::{choose_backend, Backend};
+    let err = choose_backend(Some(Backend::Uring)).unwrap_err();
+    assert!(err.to_string().contains("not implemented"), "{err}");
+    assert_eq!(choose_backend(Some(Backend::Poll)).unwrap(), Backend::Poll);
+}
