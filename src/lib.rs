@@ -53,6 +53,7 @@
 pub mod engine;
 mod id;
 pub mod ida;
+pub mod metrics;
 pub mod plot;
 pub mod proto;
 pub mod sim;

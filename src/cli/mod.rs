@@ -2,6 +2,7 @@
 //! call the library and print; no protocol or measurement logic lives here.
 
 pub mod ida;
+pub mod ping;
 pub mod sim_bmg;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ pub enum Command {
     /// Run protocols in the deterministic simulator.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Ping-pong latency and bandwidth between two nodes on loopback.
+    Ping(ping::PingArgs),
     /// Rabin's information dispersal: robust storage of files as pieces.
     #[command(subcommand)]
     Ida(ida::IdaCommand),
@@ -38,5 +41,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
         Command::Ida(cmd) => ida::run(cmd),
+        Command::Ping(args) => ping::run(args),
     }
 }

@@ -326,7 +326,14 @@ where
                     closed = true;
                     break;
                 }
-                Ok(n) => conn.decoder.push(&self.scratch[..n]),
+                Ok(n) => {
+                    conn.decoder.push(&self.scratch[..n]);
+                    // A short read drained the socket; more data will raise a new edge, so
+                    // the extra read that would only say WouldBlock is skipped.
+                    if n < self.scratch.len() {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.to_string()),

@@ -54,13 +54,6 @@ pub enum Event {
     Quiet,
     /// The node's local state changed after it had gone quiet; it fires its rules again.
     Woke,
-    /// A ping-pong round trip completed.
-    RoundTrip {
-        /// Payload bytes.
-        size: usize,
-        /// Round-trip time in nanoseconds.
-        rtt_ns: u64,
-    },
     /// The protocol has finished its work (e.g. all pings done).
     Done,
 }

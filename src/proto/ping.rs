@@ -1,8 +1,10 @@
 //! Ping-pong: the latency probe behind `weft ping` and the model's `L`, as a sans-IO protocol
 //! so that it runs on the engine exactly like the other protocols.
 //!
-//! The pinger sends `Ping { seq, payload }`, the ponger echoes it, and each `Pong` reports the
-//! round trip (`Event::RoundTrip`) measured with the driver's clock, then sends the next ping.
+//! The pinger sends `Ping { seq, payload }`, the ponger echoes it, and each `Pong` records the
+//! round trip, measured with the driver's clock, then sends the next ping; `Event::Done` when
+//! every size is done. Samples stay in the protocol (read them after stopping the node): an
+//! event per round trip would wake an observer thread that competes for the reactors' cores.
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::NodeId;
@@ -35,6 +37,7 @@ pub struct PingPong {
     left: u64,
     sent_at: Time,
     warmup: u64,
+    samples: Vec<(usize, u64)>,
 }
 
 impl PingPong {
@@ -46,6 +49,7 @@ impl PingPong {
             left: 0,
             sent_at: Time::ZERO,
             warmup: 0,
+            samples: Vec::new(),
         }
     }
 
@@ -58,6 +62,7 @@ impl PingPong {
             left: 0,
             sent_at: Time::ZERO,
             warmup,
+            samples: Vec::with_capacity(4096),
         }
     }
 
@@ -79,6 +84,11 @@ impl PingPong {
                 payload: vec![0x5a; size],
             },
         );
+    }
+
+    /// Timed round trips so far: `(payload bytes, round-trip nanoseconds)`.
+    pub fn samples(&self) -> &[(usize, u64)] {
+        &self.samples
     }
 
     fn rounds_per_size(&self) -> u64 {
@@ -103,10 +113,8 @@ impl Protocol for PingPong {
                 }
                 let timed = self.left <= self.plan.as_ref().map_or(0, |p| p.1);
                 if timed {
-                    out.report(Event::RoundTrip {
-                        size: payload.len(),
-                        rtt_ns: now.since(self.sent_at).as_nanos() as u64,
-                    });
+                    self.samples
+                        .push((payload.len(), now.since(self.sent_at).as_nanos() as u64));
                 }
                 self.left -= 1;
                 if self.left == 0 {
@@ -159,16 +167,9 @@ mod tests {
                 }
             }
         }
-        let trips: Vec<(usize, u64)> = reports
-            .iter()
-            .filter_map(|e| match e {
-                Event::RoundTrip { size, rtt_ns } => Some((*size, *rtt_ns)),
-                _ => None,
-            })
-            .collect();
         assert_eq!(
-            trips,
-            vec![(8, 10), (8, 10), (8, 10), (64, 10), (64, 10), (64, 10)]
+            p.samples(),
+            &[(8, 10), (8, 10), (8, 10), (64, 10), (64, 10), (64, 10)]
         );
         assert_eq!(reports.last(), Some(&Event::Done));
     }

@@ -11,6 +11,8 @@
 //! }).unwrap();
 //! ```
 
+pub mod ping;
+
 use crate::engine::reactor::{Command, NodeEvent, Reactor, ReactorConfig, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
 use crate::proto::Protocol;

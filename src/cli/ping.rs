@@ -1,0 +1,82 @@
+//! `weft ping`: one-way latency and bandwidth between two nodes on loopback, beside the std
+//! busy-poll ping-pong in the same run (`--compare`).
+
+use clap::Args;
+use weft::engine::{Backend, WaitMode};
+use weft::transport::ping::{engine, std_busy_poll, PingRow};
+
+/// Arguments of `weft ping`.
+#[derive(Args, Debug)]
+pub struct PingArgs {
+    /// Payload sizes in bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8,32,256,4096,65536,1048576"
+    )]
+    sizes: Vec<usize>,
+    /// Timed round trips per size.
+    #[arg(long, default_value_t = 10_000)]
+    iters: u64,
+    /// I/O backend (default: automatic, or WEFT_BACKEND).
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// How reactors wait.
+    #[arg(long, value_enum, default_value_t = WaitMode::Busy)]
+    wait: WaitMode,
+    /// Also run the std-library busy-poll ping-pong with the same sizes and print ratios.
+    #[arg(long)]
+    compare: bool,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `weft ping`.
+pub fn run(a: PingArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !a.sizes.is_empty() && a.iters > 0,
+        "need at least one size and one iteration"
+    );
+    anyhow::ensure!(
+        a.sizes.iter().all(|&s| s <= 8 << 20),
+        "sizes above 8 MiB are not supported"
+    );
+    let ours = engine(&a.sizes, a.iters, a.wait, a.backend)?;
+    let peer = if a.compare {
+        std_busy_poll(&a.sizes, a.iters)?
+    } else {
+        Vec::new()
+    };
+    if a.json {
+        for r in ours.iter().chain(&peer) {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(());
+    }
+    println!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2");
+    println!(
+        "{:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8}",
+        "size", "backend", "wait", "p50 µs", "p99 µs", "p99.9 µs", "MB/s", "iters"
+    );
+    let show = |r: &PingRow| {
+        println!(
+            "{:>8} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8}",
+            r.size, r.backend, r.wait, r.p50_us, r.p99_us, r.p999_us, r.mb_per_s, r.iters
+        )
+    };
+    ours.iter().for_each(show);
+    if !peer.is_empty() {
+        peer.iter().for_each(show);
+        println!("\nweft / std-busy (p50 latency: lower is better; bandwidth: higher is better)");
+        for (o, p) in ours.iter().zip(&peer) {
+            println!(
+                "{:>8} B  p50 {:>5.2}x   MB/s {:>5.2}x",
+                o.size,
+                o.p50_us / p.p50_us,
+                o.mb_per_s / p.mb_per_s
+            );
+        }
+    }
+    Ok(())
+}

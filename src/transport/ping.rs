@@ -1,0 +1,204 @@
+//! `weft ping`: one-way latency and bandwidth between two engine nodes on loopback, pinned to
+//! two cores, and the same ping-pong over plain std sockets with busy polling (the peer every
+//! figure is compared with, in the same run).
+
+use super::{Cluster, NodeOptions};
+use crate::engine::reactor::NodeEvent;
+use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
+use crate::metrics::{histogram, summarize};
+use crate::proto::ping::PingPong;
+use crate::proto::Event;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// One size's figures (a JSON line of `weft ping --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct PingRow {
+    /// Payload bytes.
+    pub size: usize,
+    /// `poll`, `uring`, or `std-busy` for the peer.
+    pub backend: String,
+    /// Wait mode (`busy` for the peer).
+    pub wait: String,
+    /// One-way latency (RTT / 2), median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+    /// `size / mean one-way time`, MB/s.
+    pub mb_per_s: f64,
+    /// Timed round trips.
+    pub iters: u64,
+}
+
+fn rows_from(
+    rtts: &HashMap<usize, Vec<u64>>,
+    sizes: &[usize],
+    backend: &str,
+    wait: &str,
+) -> Vec<PingRow> {
+    sizes
+        .iter()
+        .filter_map(|&size| {
+            let v = rtts.get(&size)?;
+            let mut h = histogram();
+            for &rtt in v {
+                h.record((rtt / 2).max(1)).ok()?;
+            }
+            let s = summarize(&h);
+            Some(PingRow {
+                size,
+                backend: backend.into(),
+                wait: wait.into(),
+                p50_us: s.p50_us,
+                p99_us: s.p99_us,
+                p999_us: s.p999_us,
+                mb_per_s: size as f64 / s.mean_us.max(1e-9),
+                iters: s.count,
+            })
+        })
+        .collect()
+}
+
+/// Ping-pong between two engine nodes.
+pub fn engine(
+    sizes: &[usize],
+    iters: u64,
+    wait: WaitMode,
+    backend: Option<Backend>,
+) -> Result<Vec<PingRow>, EngineError> {
+    let backend = choose_backend(backend)?;
+    let opts = NodeOptions {
+        wait,
+        backend: Some(backend),
+        pin: true,
+        ..NodeOptions::default()
+    };
+    let warmup = (iters / 10).clamp(10, 1000);
+    let plan = sizes.to_vec();
+    let cluster = Cluster::start(2, opts, |i, ids| {
+        if i == 0 {
+            PingPong::pinger(ids[1], plan.clone(), iters, warmup)
+        } else {
+            PingPong::ponger()
+        }
+    })?;
+    loop {
+        match cluster.events.recv_timeout(Duration::from_secs(60)) {
+            Ok((_, NodeEvent::Protocol(Event::Done))) => break,
+            Ok((_, NodeEvent::Suspect(p))) => {
+                return Err(EngineError::Io(std::io::Error::other(format!(
+                    "lost {p} during ping"
+                ))));
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(EngineError::Io(std::io::Error::other(
+                    "ping stalled for 60 s",
+                )))
+            }
+        }
+    }
+    let mut nodes = cluster.nodes.into_iter();
+    let pinger = nodes.next().ok_or(EngineError::Panicked)?.stop()?;
+    let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();
+    for &(size, rtt) in pinger.samples() {
+        rtts.entry(size).or_default().push(rtt);
+    }
+    Ok(rows_from(
+        &rtts,
+        sizes,
+        &backend.to_string(),
+        &wait.to_string(),
+    ))
+}
+
+fn pin(core: usize) {
+    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+}
+
+/// Read exactly `buf.len()` bytes from a non-blocking socket, spinning.
+fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.read(&mut buf[at..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `buf` to a non-blocking socket, spinning.
+fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.write(&buf[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The peer: the same ping-pong over std `TcpStream`s, non-blocking and busy-polled, each end
+/// pinned like the engine's nodes. An 8-byte length prefix frames each message.
+pub fn std_busy_poll(sizes: &[usize], iters: u64) -> std::io::Result<Vec<PingRow>> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let warmup = (iters / 10).clamp(10, 1000);
+    let plan: Vec<usize> = sizes.to_vec();
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(1);
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        let mut buf = vec![0u8; max + 8];
+        loop {
+            let mut len = [0u8; 8];
+            match spin_read(&mut s, &mut len) {
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(()),
+                r => r?,
+            }
+            let n = u64::from_le_bytes(len) as usize;
+            buf[..8].copy_from_slice(&len);
+            spin_read(&mut s, &mut buf[8..8 + n])?;
+            spin_write(&mut s, &buf[..8 + n])?;
+        }
+    });
+    pin(0);
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut msg = vec![0x5au8; max + 8];
+    let mut back = vec![0u8; max + 8];
+    for &size in &plan {
+        msg[..8].copy_from_slice(&(size as u64).to_le_bytes());
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            spin_write(&mut s, &msg[..8 + size])?;
+            spin_read(&mut s, &mut back[..8 + size])?;
+            if i >= warmup {
+                rtts.entry(size)
+                    .or_default()
+                    .push(t.elapsed().as_nanos() as u64);
+            }
+        }
+    }
+    drop(s);
+    server
+        .join()
+        .map_err(|_| std::io::Error::other("peer thread panicked"))??;
+    Ok(rows_from(&rtts, sizes, "std-busy", "busy"))
+}
