@@ -6,7 +6,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use weft::engine::reactor::NodeEvent;
-use weft::engine::WaitMode;
+use weft::engine::{Backend, WaitMode};
 use weft::proto::overlay::Overlay;
 use weft::proto::ping::PingPong;
 use weft::proto::ring::Ring;
@@ -19,10 +19,14 @@ use weft::wire::frame::{write_frame, FrameHeader, Kind};
 use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
 use weft::{NodeId, Rank};
 
-fn opts() -> NodeOptions {
+/// Every engine test runs on both backends (the monoio habit).
+const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
+
+fn opts_for(backend: Backend) -> NodeOptions {
     NodeOptions {
         wait: WaitMode::Block, // tests share 2 cores with many reactors: no spinning
         pin: false,
+        backend: Some(backend),
         ..NodeOptions::default()
     }
 }
@@ -45,8 +49,14 @@ fn collect(
 
 #[test]
 fn ping_pong_over_loopback_all_sizes() {
+    for backend in BACKENDS {
+        ping_pong_over_loopback_all_sizes_on(backend);
+    }
+}
+
+fn ping_pong_over_loopback_all_sizes_on(backend: Backend) {
     let sizes = vec![8, 4096, 1 << 20];
-    let c = Cluster::start(2, opts(), |i, ids| {
+    let c = Cluster::start(2, opts_for(backend), |i, ids| {
         if i == 0 {
             PingPong::pinger(ids[1], sizes.clone(), 50, 5)
         } else {
@@ -73,6 +83,12 @@ fn ping_pong_over_loopback_all_sizes() {
 
 #[test]
 fn overlay_builds_the_bmg_on_real_sockets() {
+    for backend in BACKENDS {
+        overlay_builds_the_bmg_on_real_sockets_on(backend);
+    }
+}
+
+fn overlay_builds_the_bmg_on_real_sockets_on(backend: Backend) {
     // The same Algorithm 1 + 2 code the simulator runs, on 15 real nodes (binary launch tree).
     let tree = Tree::binary(3, 1 << 10).unwrap();
     let n = tree.len();
@@ -80,7 +96,7 @@ fn overlay_builds_the_bmg_on_real_sockets() {
         period: Duration::from_millis(2),
         refresh: Some(Duration::from_millis(100)),
     };
-    let c = Cluster::start(n, opts(), |i, _| {
+    let c = Cluster::start(n, opts_for(backend), |i, _| {
         let p = i as u32;
         let ring = Ring::new(
             NodeId(i as u64),
@@ -131,7 +147,13 @@ fn overlay_builds_the_bmg_on_real_sockets() {
 
 #[test]
 fn a_stopped_peer_is_reported_not_hung_on() {
-    let c = Cluster::start(2, opts(), |i, ids| {
+    for backend in BACKENDS {
+        a_stopped_peer_is_reported_not_hung_on_on(backend);
+    }
+}
+
+fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
+    let c = Cluster::start(2, opts_for(backend), |i, ids| {
         if i == 0 {
             PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
         } else {
@@ -157,11 +179,17 @@ fn a_stopped_peer_is_reported_not_hung_on() {
 
 #[test]
 fn bad_input_closes_one_connection_and_the_node_serves_on() {
+    for backend in BACKENDS {
+        bad_input_closes_one_connection_and_the_node_serves_on_on(backend);
+    }
+}
+
+fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
     let key = JobKey::from_bytes([3; 32]);
     let o = NodeOptions {
         key: Some(key.clone()),
         max_body: 1 << 20,
-        ..opts()
+        ..opts_for(backend)
     };
     let c = Cluster::start(2, o, |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
@@ -251,7 +279,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on() {
     let peers = [(ponger.id, ponger.addr)].into_iter().collect();
     let o2 = NodeOptions {
         key: Some(key),
-        ..opts()
+        ..opts_for(backend)
     };
     let spec = weft::transport::NodeSpec {
         id: NodeId(0),
@@ -271,12 +299,4 @@ fn bad_input_closes_one_connection_and_the_node_serves_on() {
             .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
         "node stopped serving: {seen:?}"
     );
-}
-
-#[test]
-fn forcing_the_missing_backend_is_a_clear_error() {
-    use weft::engine::{choose_backend, Backend};
-    let err = choose_backend(Some(Backend::Uring)).unwrap_err();
-    assert!(err.to_string().contains("not implemented"), "{err}");
-    assert_eq!(choose_backend(Some(Backend::Poll)).unwrap(), Backend::Poll);
 }

@@ -1,13 +1,16 @@
 //! The engine: reactors that move frames between sockets and sans-IO protocols.
 //!
-//! This first cut has one backend, `poll` (mio over epoll): one reactor thread per node, pinned
-//! to a core, owning its listener, its connections, its timers and its protocol, with no locks on
-//! the hot path. The io_uring backend (multishot receive into a provided buffer ring, SendZc)
-//! is the next step; until it exists, asking for it is an error and the automatic choice says
-//! once, on stderr, why it picked `poll`. The engine knows frames and timers, never protocol rules.
+//! One reactor thread per node, pinned to a core, owning its listener, its connections, its
+//! timers and its protocol, with no locks on the hot path. Two receive paths behind one
+//! reactor ([`reactor`]): `uring` (io_uring multishot receive into a provided buffer ring,
+//! [`uring`]) and `poll` (epoll readiness, then `read`). Accept, connect and send go through
+//! epoll and plain syscalls on both for now. The choice is automatic (io_uring unless the
+//! kernel or sandbox refuses it, said once on stderr), or forced by `--backend` or
+//! `WEFT_BACKEND`. The engine knows frames and timers, never protocol rules.
 
 pub mod reactor;
 pub mod timers;
+pub mod uring;
 
 use serde::Serialize;
 use std::fmt;
@@ -45,7 +48,7 @@ impl fmt::Display for WaitMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// io_uring (not built yet).
+    /// io_uring: multishot receive into a provided buffer ring.
     Uring,
     /// mio over epoll.
     Poll,
@@ -79,8 +82,9 @@ pub enum EngineError {
 
 static FALLBACK_NOTICE: Once = Once::new();
 
-/// The backend to use: `requested`, else `WEFT_BACKEND`, else the best available, saying once
-/// on stderr when the automatic choice is not io_uring, and why.
+/// The backend to use: `requested`, else `WEFT_BACKEND`, else io_uring when this kernel and
+/// sandbox allow it (probed once: a ring and a provided-buffer ring are set up), else poll,
+/// saying once on stderr why. A forced io_uring that cannot run is an error, never a fallback.
 pub fn choose_backend(requested: Option<Backend>) -> Result<Backend, EngineError> {
     let forced = match requested {
         Some(b) => Some(b),
@@ -93,18 +97,31 @@ pub fn choose_backend(requested: Option<Backend>) -> Result<Backend, EngineError
         },
     };
     match forced {
-        Some(Backend::Uring) => Err(EngineError::Backend(
-            Backend::Uring,
-            "the io_uring backend is not implemented yet; use --backend poll".into(),
-        )),
+        Some(Backend::Uring) => match uring_unavailable() {
+            None => Ok(Backend::Uring),
+            Some(why) => Err(EngineError::Backend(Backend::Uring, why)),
+        },
         Some(Backend::Poll) => Ok(Backend::Poll),
-        None => {
-            FALLBACK_NOTICE.call_once(|| {
-                eprintln!(
-                    "weft: using the poll (epoll) backend: the io_uring backend is not built yet"
-                );
-            });
-            Ok(Backend::Poll)
+        None => match uring_unavailable() {
+            None => Ok(Backend::Uring),
+            Some(why) => {
+                FALLBACK_NOTICE.call_once(|| {
+                    eprintln!("weft: io_uring unavailable ({why}); using the poll (epoll) backend")
+                });
+                Ok(Backend::Poll)
+            }
+        },
+    }
+}
+
+/// Why io_uring cannot be used (`WEFT_URING_UNAVAILABLE` simulates a refusal, for tests), or
+/// `None`. Probed once per process.
+pub fn uring_unavailable() -> Option<String> {
+    if let Ok(why) = std::env::var("WEFT_URING_UNAVAILABLE") {
+        if !why.is_empty() {
+            return Some(format!("simulated: {why}"));
         }
     }
+    static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(uring::unavailable).clone()
 }

@@ -7,7 +7,8 @@
 //! closed alone; if its peer was known, the protocol hears `on_suspect(peer)`.
 
 use super::timers::Timers;
-use super::{EngineError, WaitMode, SPIN};
+use super::uring::UringRecv;
+use super::{Backend, EngineError, WaitMode, SPIN};
 use crate::proto::{Action, Event, Outbox, Protocol, Time};
 use crate::wire::handshake::{Handshake, Identity, Role};
 use crate::wire::{FrameDecoder, Kind, Msg, WireMsg};
@@ -23,7 +24,9 @@ use std::time::{Duration, Instant};
 const LISTENER: Token = Token(0);
 /// The token of the waker that interrupts a blocked poll for commands.
 pub const WAKER: Token = Token(1);
-const FIRST_CONN: usize = 2;
+/// The io_uring ring's fd, readable when completions wait (lets a blocked reactor wake).
+const RING: Token = Token(2);
+const FIRST_CONN: usize = 3;
 
 /// Orders from outside the reactor.
 #[derive(Debug)]
@@ -58,9 +61,14 @@ pub struct ReactorConfig {
     pub wait: WaitMode,
     /// Largest frame body accepted.
     pub max_body: u32,
+    /// Receive path: io_uring multishot receive, or epoll readiness + `read`.
+    pub backend: Backend,
 }
 
 struct Conn {
+    /// Distinguishes this connection from earlier ones in the same slot (io_uring completions
+    /// of a closed connection can arrive after its slot was reused).
+    generation: u32,
     stream: TcpStream,
     decoder: FrameDecoder,
     out: Vec<u8>,
@@ -109,6 +117,8 @@ pub struct Reactor<P: Protocol> {
     scratch: Vec<u8>,
     inbox: Vec<(NodeId, P::Msg)>,
     stop: bool,
+    uring: Option<UringRecv>,
+    generation: u32,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -129,6 +139,18 @@ where
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let uring = match cfg.backend {
+            Backend::Uring => {
+                let u = UringRecv::new(256, 256, 16 * 1024)?;
+                poll.registry().register(
+                    &mut mio::unix::SourceFd(&u.fd()),
+                    RING,
+                    Interest::READABLE,
+                )?;
+                Some(u)
+            }
+            Backend::Poll => None,
+        };
         Ok(Self {
             cfg,
             poll,
@@ -144,6 +166,8 @@ where
             scratch: vec![0u8; 256 * 1024],
             inbox: Vec::new(),
             stop: false,
+            uring,
+            generation: 0,
         })
     }
 
@@ -181,10 +205,14 @@ where
             if !events.is_empty() {
                 last_activity = Instant::now();
             }
+            if self.uring_step()? {
+                last_activity = Instant::now();
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept()?,
                     WAKER => self.commands()?,
+                    RING => {}
                     Token(t) => self.service(
                         t - FIRST_CONN,
                         ev.is_readable(),
@@ -224,11 +252,21 @@ where
             }
         };
         let mut conn = conn;
-        self.poll.registry().register(
-            &mut conn.stream,
-            Token(slot + FIRST_CONN),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        self.generation = self.generation.wrapping_add(1);
+        conn.generation = self.generation;
+        // With io_uring the ring receives; epoll only reports writability (connect done,
+        // send buffer free again).
+        let interest = match self.uring {
+            Some(_) => Interest::WRITABLE,
+            None => Interest::READABLE | Interest::WRITABLE,
+        };
+        self.poll
+            .registry()
+            .register(&mut conn.stream, Token(slot + FIRST_CONN), interest)?;
+        if let Some(u) = &mut self.uring {
+            use std::os::fd::AsRawFd;
+            u.arm(conn.stream.as_raw_fd(), user_data(slot, conn.generation))?;
+        }
         self.conns[slot] = Some(conn);
         Ok(slot)
     }
@@ -252,6 +290,7 @@ where
                         }
                     };
                     let conn = Conn {
+                        generation: 0,
                         stream,
                         decoder: FrameDecoder::new(self.cfg.max_body),
                         out,
@@ -276,6 +315,8 @@ where
             return;
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        // Ends an armed io_uring receive too (its last completion is recognized as stale).
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         let who = conn.peer.or(conn.dialed);
         if let Some(d) = conn.dialed {
             if self.dialed.get(&d) == Some(&slot) {
@@ -314,7 +355,7 @@ where
         self.apply_outbox()
     }
 
-    /// Read everything available and turn complete frames into handshake steps or messages.
+    /// Read everything available (epoll path), then process the frames.
     fn read(&mut self, slot: usize) -> Result<(), String> {
         let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
             return Ok(());
@@ -339,6 +380,18 @@ where
                 Err(e) => return Err(e.to_string()),
             }
         }
+        self.frames(slot)?;
+        if closed {
+            return Err("closed by peer".into());
+        }
+        Ok(())
+    }
+
+    /// Turn complete frames into handshake steps or messages.
+    fn frames(&mut self, slot: usize) -> Result<(), String> {
+        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return Ok(());
+        };
         while let Some((kind, body)) = conn.decoder.next_frame().map_err(|e| e.to_string())? {
             let bytes = &conn.decoder.bytes()[body];
             match conn.peer {
@@ -366,10 +419,67 @@ where
                 Some(_) => return Err(format!("unexpected {kind:?} frame after the handshake")),
             }
         }
-        if closed {
-            return Err("closed by peer".into());
-        }
         Ok(())
+    }
+
+    /// io_uring path: run pending completion work, feed received bytes to decoders, re-arm
+    /// receives that stopped. Returns whether anything arrived.
+    fn uring_step(&mut self) -> Result<bool, EngineError> {
+        let Some(u) = self.uring.as_mut() else {
+            return Ok(false);
+        };
+        u.poke()?;
+        let mut touched: Vec<usize> = Vec::new();
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut rearm: Vec<usize> = Vec::new();
+        let conns = &mut self.conns;
+        u.drain(|c| {
+            let (slot, generation) = (
+                (c.user_data & 0xffff_ffff) as usize,
+                (c.user_data >> 32) as u32,
+            );
+            let Some(conn) = conns
+                .get_mut(slot)
+                .and_then(|x| x.as_mut())
+                .filter(|x| x.generation == generation)
+            else {
+                return; // a closed connection's last word
+            };
+            match c.result {
+                Ok([]) => failed.push((slot, "closed by peer".into())),
+                Ok(bytes) => {
+                    conn.decoder.push(bytes);
+                    touched.push(slot);
+                    if !c.more {
+                        rearm.push(slot);
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => rearm.push(slot),
+                Err(e) => failed.push((slot, e.to_string())),
+            }
+        });
+        let any = !touched.is_empty() || !failed.is_empty();
+        for slot in rearm {
+            if let (Some(u), Some(conn)) = (
+                self.uring.as_mut(),
+                self.conns.get(slot).and_then(|c| c.as_ref()),
+            ) {
+                use std::os::fd::AsRawFd;
+                u.arm(conn.stream.as_raw_fd(), user_data(slot, conn.generation))?;
+            }
+        }
+        touched.dedup();
+        for slot in touched {
+            if let Err(why) = self.frames(slot) {
+                self.close(slot, why);
+            }
+        }
+        for (slot, why) in failed {
+            let _ = self.frames(slot);
+            self.close(slot, why);
+        }
+        self.apply_outbox()?;
+        Ok(any)
     }
 
     /// Hand received messages to the protocol, in arrival order.
@@ -462,6 +572,7 @@ where
             }
         };
         let slot = self.insert(Conn {
+            generation: 0,
             stream,
             decoder: FrameDecoder::new(self.cfg.max_body),
             out,
@@ -474,6 +585,11 @@ where
         self.dialed.insert(to, slot);
         Ok(Some(slot))
     }
+}
+
+/// The io_uring `user_data` of a connection's receive: slot and generation.
+fn user_data(slot: usize, generation: u32) -> u64 {
+    slot as u64 | (generation as u64) << 32
 }
 
 /// Wake a reactor blocked in `poll` so it reads its commands.

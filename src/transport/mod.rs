@@ -147,7 +147,7 @@ where
         key,
         core,
     } = spec;
-    choose_backend(opts.backend)?;
+    let backend = choose_backend(opts.backend)?;
     let addr = listener.local_addr()?;
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -161,6 +161,7 @@ where
         peers,
         wait: opts.wait,
         max_body: opts.max_body,
+        backend,
     };
     let thread = std::thread::Builder::new()
         .name(format!("weft-{id}"))

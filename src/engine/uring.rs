@@ -1,0 +1,208 @@
+//! The io_uring receive path: multishot `RECV` into a provided buffer ring.
+//!
+//! One `RecvMulti` per connection stays armed: the kernel picks a free buffer from the ring the
+//! reactor registered, writes what arrived and posts a completion naming the buffer; the reactor
+//! copies the bytes into the connection's frame decoder and hands the buffer straight back. A
+//! busy reactor sees data by reading the completion queue in shared memory, with no syscall per
+//! message for receiving (sends are plain `write`s).
+//!
+//! The ring is set up with SINGLE_ISSUER (only the reactor thread touches it), COOP_TASKRUN (no
+//! inter-processor interrupt to run completion work) and TASKRUN_FLAG (the kernel says in the
+//! SQ flags when such work is waiting, and `submit` then enters the kernel to run it).
+
+use io_uring::{cqueue, opcode, types, IoUring};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+/// Buffer group id of the one provided-buffer ring.
+const BGID: u16 = 0;
+
+/// A ring plus its provided receive buffers.
+pub struct UringRecv {
+    ring: IoUring,
+    /// `entries` buffers of `buf_size` bytes, back to back.
+    bufs: Vec<u8>,
+    buf_size: u32,
+    /// The shared ring of buffer descriptors (page aligned, `entries` × 16 bytes).
+    ring_mem: *mut types::BufRingEntry,
+    layout: Layout,
+    entries: u16,
+    /// Our copy of the tail we publish to the kernel.
+    tail: u16,
+}
+
+/// One completion of a multishot receive.
+pub struct Completion<'a> {
+    /// The `user_data` it was armed with.
+    pub user_data: u64,
+    /// Bytes received (`Ok(empty)` never happens: 0 is end of stream), or the error.
+    pub result: Result<&'a [u8], io::Error>,
+    /// Whether the receive stays armed (if not, re-arm it).
+    pub more: bool,
+}
+
+impl UringRecv {
+    /// A ring of `sq_entries`, with `entries` (a power of two) receive buffers of `buf_size`.
+    pub fn new(sq_entries: u32, entries: u16, buf_size: u32) -> io::Result<Self> {
+        assert!(entries.is_power_of_two());
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(sq_entries)?;
+        let layout = Layout::from_size_align(
+            entries as usize * std::mem::size_of::<types::BufRingEntry>(),
+            4096,
+        )
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: the layout has a non-zero size (entries >= 1).
+        let ring_mem = unsafe { alloc_zeroed(layout) } as *mut types::BufRingEntry;
+        if ring_mem.is_null() {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        let mut me = Self {
+            ring,
+            bufs: vec![0u8; entries as usize * buf_size as usize],
+            buf_size,
+            ring_mem,
+            layout,
+            entries,
+            tail: 0,
+        };
+        // SAFETY: `ring_mem` is page aligned, holds `entries` descriptors, and lives (with
+        // `bufs`) until `Drop` unregisters it.
+        unsafe {
+            me.ring
+                .submitter()
+                .register_buf_ring_with_flags(ring_mem as u64, entries, BGID, 0)?;
+        }
+        for bid in 0..entries {
+            me.give_back(bid);
+        }
+        Ok(me)
+    }
+
+    /// The ring's file descriptor (pollable: readable when completions wait).
+    pub fn fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.ring.as_raw_fd()
+    }
+
+    /// Return buffer `bid` to the kernel.
+    fn give_back(&mut self, bid: u16) {
+        let idx = (self.tail & (self.entries - 1)) as usize;
+        // SAFETY: `idx < entries`, inside the descriptor array; `bid < entries`, so the address
+        // and length name one whole buffer of `bufs`.
+        unsafe {
+            let e = &mut *self.ring_mem.add(idx);
+            e.set_addr(
+                self.bufs
+                    .as_ptr()
+                    .add(bid as usize * self.buf_size as usize) as u64,
+            );
+            e.set_len(self.buf_size);
+            e.set_bid(bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail field overlays the first descriptor's reserved bytes (the kernel's
+        // layout); a release store publishes the descriptor writes above before the new tail.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.ring_mem) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    /// Arm a multishot receive on `fd`, reported with `user_data`.
+    pub fn arm(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let sqe = opcode::RecvMulti::new(types::Fd(fd), BGID)
+            .build()
+            .user_data(user_data);
+        // SAFETY: the buffers the kernel may write into are the registered ring's, alive as long
+        // as `self`; `fd` stays open until the connection is closed, and a closed connection's
+        // late completions are recognized by their `user_data` and only give buffers back.
+        unsafe {
+            if self.ring.submission().push(&sqe).is_err() {
+                self.ring.submit()?;
+                self.ring
+                    .submission()
+                    .push(&sqe)
+                    .map_err(|_| io::Error::other("submission queue full"))?;
+            }
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    /// Run pending completion work if the kernel asks for it (cheap when it does not).
+    pub fn poke(&mut self) -> io::Result<()> {
+        self.ring.submit().map(drop)
+    }
+
+    /// Hand every waiting completion to `f`, then give its buffer back.
+    pub fn drain(&mut self, mut f: impl FnMut(Completion<'_>)) {
+        let mut done: Vec<(u64, i32, u32)> = Vec::new();
+        for cqe in self.ring.completion() {
+            done.push((cqe.user_data(), cqe.result(), cqe.flags()));
+        }
+        for (user_data, res, flags) in done {
+            let more = cqueue::more(flags);
+            let bid = cqueue::buffer_select(flags);
+            let result = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else {
+                match bid {
+                    Some(b) if (b as usize) < self.entries as usize => {
+                        let start = b as usize * self.buf_size as usize;
+                        Ok(&self.bufs[start..start + (res as usize).min(self.buf_size as usize)])
+                    }
+                    _ => Ok(&[][..]),
+                }
+            };
+            f(Completion {
+                user_data,
+                result,
+                more,
+            });
+            if let Some(b) = bid {
+                if b < self.entries {
+                    self.give_back(b);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for UringRecv {
+    fn drop(&mut self) {
+        let _ = self.ring.submitter().unregister_buf_ring(BGID);
+        // SAFETY: allocated in `new` with this layout; the kernel no longer references it.
+        unsafe { dealloc(self.ring_mem as *mut u8, self.layout) };
+    }
+}
+
+/// Why io_uring cannot be used here, or `None` if it can (a ring and a buffer ring set up).
+pub fn unavailable() -> Option<String> {
+    if let Ok(v) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
+        if v.trim() == "2" {
+            return Some("kernel.io_uring_disabled = 2".into());
+        }
+    }
+    match UringRecv::new(8, 2, 4096) {
+        Ok(_) => None,
+        Err(e) => Some(match e.raw_os_error() {
+            Some(libc::ENOSYS) => "the kernel has no io_uring (ENOSYS)".into(),
+            Some(libc::EPERM) => {
+                "io_uring is forbidden here (EPERM: seccomp or io_uring_disabled)".into()
+            }
+            Some(libc::ENOMEM) => {
+                "cannot lock memory for the ring (ENOMEM: RLIMIT_MEMLOCK too low)".into()
+            }
+            Some(libc::EINVAL) => {
+                "the kernel lacks the io_uring features weft needs (EINVAL)".into()
+            }
+            _ => format!("io_uring setup failed: {e}"),
+        }),
+    }
+}
