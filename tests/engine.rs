@@ -163,7 +163,11 @@ fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
     .unwrap();
     let mut nodes = c.nodes;
     // Let traffic flow, then kill the ponger mid-stream.
-    collect(&c.events, 5, |s| s.len() > 100);
+    collect(&c.events, 5, |s| {
+        s.iter()
+            .any(|(_, e)| matches!(e, NodeEvent::Authenticated(_)))
+    });
+    std::thread::sleep(Duration::from_millis(100));
     let ponger = nodes.pop().unwrap();
     ponger.stop().unwrap();
     let seen = collect(&c.events, 5, |s| {

@@ -22,6 +22,11 @@ impl Timers {
         self.heap.push(Reverse((at, self.next_gen, timer)));
     }
 
+    /// Whether any timer is armed.
+    pub fn has_pending(&self) -> bool {
+        !self.live.is_empty()
+    }
+
     /// Forget `timer`.
     pub fn cancel(&mut self, timer: TimerId) {
         self.live.remove(&timer);

@@ -31,6 +31,8 @@ pub struct UringRecv {
     entries: u16,
     /// Our copy of the tail we publish to the kernel.
     tail: u16,
+    /// Completions copied out of the queue (reused).
+    done: Vec<(u64, i32, u32)>,
 }
 
 /// One completion of a multishot receive.
@@ -70,6 +72,7 @@ impl UringRecv {
             layout,
             entries,
             tail: 0,
+            done: Vec::with_capacity(64),
         };
         // SAFETY: `ring_mem` is page aligned, holds `entries` descriptors, and lives (with
         // `bufs`) until `Drop` unregisters it.
@@ -142,11 +145,13 @@ impl UringRecv {
 
     /// Hand every waiting completion to `f`, then give its buffer back.
     pub fn drain(&mut self, mut f: impl FnMut(Completion<'_>)) {
-        let mut done: Vec<(u64, i32, u32)> = Vec::new();
-        for cqe in self.ring.completion() {
-            done.push((cqe.user_data(), cqe.result(), cqe.flags()));
-        }
-        for (user_data, res, flags) in done {
+        let mut done = std::mem::take(&mut self.done);
+        done.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
+        for &(user_data, res, flags) in &done {
             let more = cqueue::more(flags);
             let bid = cqueue::buffer_select(flags);
             let result = if res < 0 {

@@ -130,6 +130,11 @@ impl<M> Outbox<M> {
         self.actions.drain(..)
     }
 
+    /// Move every action of `other` to the end of this outbox.
+    pub fn append(&mut self, mut other: Outbox<M>) {
+        self.actions.append(&mut other.actions);
+    }
+
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.actions.is_empty()
