@@ -201,7 +201,7 @@ where
             // A spinning io_uring reactor watches its completion queue (shared memory, no
             // syscall) and asks epoll (accepts, connects, writability: rare) only every 32nd turn.
             spins = spins.wrapping_add(1);
-            let ask_epoll = !spinning || self.uring.is_none() || spins % 32 == 0;
+            let ask_epoll = !spinning || self.uring.is_none() || spins.is_multiple_of(32);
             if ask_epoll {
                 let timeout = if spinning {
                     Some(Duration::ZERO)
