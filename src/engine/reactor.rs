@@ -288,36 +288,41 @@ where
         Ok(slot)
     }
 
+    /// Start the handshake on a new connection and register it; `None` if it cannot start.
+    fn open(
+        &mut self,
+        stream: TcpStream,
+        role: Role,
+        dialed: Option<NodeId>,
+    ) -> Result<Option<usize>, EngineError> {
+        stream.set_nodelay(true)?;
+        let mut out = Vec::new();
+        let handshake = match Handshake::start(role, self.cfg.identity.clone(), dialed, &mut out) {
+            Ok(h) => h,
+            Err(e) => {
+                self.emit(NodeEvent::Refused(e.to_string()));
+                return Ok(None);
+            }
+        };
+        let slot = self.insert(Conn {
+            generation: 0,
+            stream,
+            decoder: FrameDecoder::new(self.cfg.max_body),
+            out,
+            written: 0,
+            handshake,
+            peer: None,
+            dialed,
+            queued: Vec::new(),
+        })?;
+        Ok(Some(slot))
+    }
+
     fn accept(&mut self) -> Result<(), EngineError> {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    stream.set_nodelay(true)?;
-                    let mut out = Vec::new();
-                    let handshake = match Handshake::start(
-                        Role::Responder,
-                        self.cfg.identity.clone(),
-                        None,
-                        &mut out,
-                    ) {
-                        Ok(h) => h,
-                        Err(e) => {
-                            self.emit(NodeEvent::Refused(e.to_string()));
-                            continue;
-                        }
-                    };
-                    let conn = Conn {
-                        generation: 0,
-                        stream,
-                        decoder: FrameDecoder::new(self.cfg.max_body),
-                        out,
-                        written: 0,
-                        handshake,
-                        peer: None,
-                        dialed: None,
-                        queued: Vec::new(),
-                    };
-                    self.insert(conn)?;
+                    self.open(stream, Role::Responder, None)?;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -587,31 +592,9 @@ where
                 return Ok(None);
             }
         };
-        stream.set_nodelay(true)?;
-        let mut out = Vec::new();
-        let handshake = match Handshake::start(
-            Role::Initiator,
-            self.cfg.identity.clone(),
-            Some(to),
-            &mut out,
-        ) {
-            Ok(h) => h,
-            Err(e) => {
-                self.emit(NodeEvent::Refused(e.to_string()));
-                return Ok(None);
-            }
+        let Some(slot) = self.open(stream, Role::Initiator, Some(to))? else {
+            return Ok(None);
         };
-        let slot = self.insert(Conn {
-            generation: 0,
-            stream,
-            decoder: FrameDecoder::new(self.cfg.max_body),
-            out,
-            written: 0,
-            handshake,
-            peer: None,
-            dialed: Some(to),
-            queued: Vec::new(),
-        })?;
         self.route.insert(to, slot);
         Ok(Some(slot))
     }

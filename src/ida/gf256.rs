@@ -71,9 +71,10 @@ pub fn pow(a: u8, e: u32) -> u8 {
     EXP[(LOG[a as usize] as u64 * e as u64 % 255) as usize]
 }
 
-/// Carry-less multiply then reduce: the definition, used to test the tables.
-pub fn mul_slow(mut a: u8, mut b: u8) -> u8 {
-    let mut p = 0u8;
+/// Carry-less multiply then reduce: the definition. A `const fn`, so compile-time tables (the
+/// scalar kernel's) are built from it, and the tests check the log/exp tables against it.
+pub const fn mul_slow(a: u8, b: u8) -> u8 {
+    let (mut a, mut b, mut p) = (a, b, 0u8);
     while b != 0 {
         if b & 1 != 0 {
             p ^= a;

@@ -12,20 +12,7 @@ const fn build() -> [[u8; 256]; 256] {
     while c < 256 {
         let mut x = 0;
         while x < 256 {
-            // Shift-and-add multiplication: const fns cannot index the log tables' statics.
-            let (mut a, mut b, mut p) = (c as u8, x as u8, 0u8);
-            while b != 0 {
-                if b & 1 != 0 {
-                    p ^= a;
-                }
-                let carry = a & 0x80 != 0;
-                a <<= 1;
-                if carry {
-                    a ^= (gf256::POLY & 0xff) as u8;
-                }
-                b >>= 1;
-            }
-            t[c][x] = p;
+            t[c][x] = gf256::mul_slow(c as u8, x as u8);
             x += 1;
         }
         c += 1;
