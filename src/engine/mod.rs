@@ -125,3 +125,16 @@ pub fn uring_unavailable() -> Option<String> {
     static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     PROBE.get_or_init(uring::unavailable).clone()
 }
+
+/// CPUs online on the machine. Not the caller's affinity mask (what `core_affinity` and
+/// `available_parallelism` report): a caller pinned to one core would otherwise put every node
+/// on that core, where two busy reactors take turns a scheduler tick apart (8 ms per round trip).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
+}

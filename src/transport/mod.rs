@@ -213,7 +213,7 @@ where
             .zip(&listeners)
             .map(|(&id, l)| Ok((id, l.local_addr()?)))
             .collect::<Result<_, std::io::Error>>()?;
-        let cores = core_affinity::get_core_ids().map_or(1, |c| c.len().max(1));
+        let cores = crate::engine::online_cpus();
         let (tx, rx) = channel();
         let mut nodes = Vec::with_capacity(n);
         for (i, l) in listeners.into_iter().enumerate() {
