@@ -4,6 +4,7 @@
 pub mod ida;
 pub mod ping;
 pub mod sim_bmg;
+pub mod sim_stabilize;
 
 use clap::{Parser, Subcommand};
 
@@ -34,12 +35,15 @@ pub enum Command {
 pub enum SimCommand {
     /// Build a ring and a binomial graph from a launch tree (Bosilca et al. 2009).
     Bmg(sim_bmg::BmgArgs),
+    /// Radix-tree membership: tree stabilization after failures (Varma et al., ICS'06).
+    Stabilize(sim_stabilize::StabilizeArgs),
 }
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
+        Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
         Command::Ida(cmd) => ida::run(cmd),
         Command::Ping(args) => ping::run(args),
     }

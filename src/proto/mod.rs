@@ -10,6 +10,7 @@
 //! one are two runs of one implementation.
 
 pub mod bmg;
+pub mod membership;
 pub mod overlay;
 pub mod ping;
 pub mod ring;

@@ -6,6 +6,8 @@
 
 pub mod bmg;
 pub mod rng;
+pub mod stabilize;
+pub mod timed;
 pub mod tree;
 pub mod world;
 

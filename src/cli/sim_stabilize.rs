@@ -1,0 +1,108 @@
+//! `weft sim stabilize`: radix-tree membership stabilization in the timed simulator.
+
+use clap::Args;
+use std::time::Duration;
+use weft::proto::membership::TreeMode;
+use weft::sim::rng::SimRng;
+use weft::sim::stabilize::{run as run_sim, Fail, NetKind, StabilizeConfig};
+
+/// Arguments of `weft sim stabilize`.
+#[derive(Args, Debug)]
+pub struct StabilizeArgs {
+    /// Processes.
+    #[arg(long, default_value_t = 64)]
+    nodes: u32,
+    /// Several sizes in one run (overrides --nodes), e.g. 16,64,256,1024.
+    #[arg(long, value_delimiter = ',')]
+    nodes_list: Vec<u32>,
+    /// Children per process (a power of two).
+    #[arg(long, default_value_t = 4)]
+    radix: u32,
+    /// Paper's local patching, or recompute the balanced tree.
+    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
+    mode: TreeMode,
+    /// leaf, inner, root, multi:K or root+K.
+    #[arg(long, default_value = "inner")]
+    fail: Fail,
+    /// Latency model.
+    #[arg(long, value_enum, default_value_t = NetKind::Constant)]
+    net: NetKind,
+    /// L, per message (per hop on the torus). Default: BG/L's 4.6 µs.
+    #[arg(long, default_value_t = 4.6)]
+    latency_us: f64,
+    /// Ocp: CPU per handled message. Default: the paper's 2 µs.
+    #[arg(long, default_value_t = 2.0)]
+    ocp_us: f64,
+    /// CPU per message sent (the contention model).
+    #[arg(long, default_value_t = 1.0)]
+    send_us: f64,
+    /// Seed (printed when chosen at random).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// One JSON object per run.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `weft sim stabilize`.
+pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
+    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    if a.seed.is_none() && !a.json {
+        eprintln!("seed {seed}");
+    }
+    for v in [a.latency_us, a.ocp_us, a.send_us] {
+        anyhow::ensure!(
+            v.is_finite() && v >= 0.0,
+            "times must be non-negative numbers"
+        );
+    }
+    let sizes = if a.nodes_list.is_empty() {
+        vec![a.nodes]
+    } else {
+        a.nodes_list.clone()
+    };
+    if !a.json {
+        println!(
+            "weft sim stabilize: radix {}, {:?} tree, fail {}, {:?} network, L = {} µs, Ocp = {} µs, seed {seed}",
+            a.radix, a.mode, a.fail, a.net, a.latency_us, a.ocp_us
+        );
+        println!(
+            "{:>7} {:>3} {:>10} {:>12} {:>7} {:>7} {:>11} {:>10}",
+            "nodes", "H", "Ts µs", "base model", "msgs", "epochs", "views agree", "stabilized"
+        );
+    }
+    for n in sizes {
+        let r = run_sim(&StabilizeConfig {
+            nodes: n,
+            radix: a.radix,
+            mode: a.mode,
+            fail: a.fail,
+            net: a.net,
+            latency: Duration::from_secs_f64(a.latency_us * 1e-6),
+            ocp: Duration::from_secs_f64(a.ocp_us * 1e-6),
+            send: Duration::from_secs_f64(a.send_us * 1e-6),
+            seed,
+        })
+        .map_err(anyhow::Error::msg)?;
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:>7} {:>3} {:>10.1} {:>12.1} {:>7} {:>7} {:>11} {:>10}",
+                r.nodes,
+                r.height,
+                r.ts_us,
+                r.base_model_us,
+                r.msgs,
+                r.epochs,
+                r.views_agree,
+                r.stabilized
+            );
+        }
+        anyhow::ensure!(
+            r.views_agree && r.stabilized,
+            "survivors did not agree on one stabilized view"
+        );
+    }
+    Ok(())
+}

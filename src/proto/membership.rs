@@ -1,0 +1,500 @@
+//! Radix-tree membership with tree stabilization (Varma et al., ICS'06, sections 3.1–3.6).
+//!
+//! Every process holds the view (the sorted list of live ids) and the radix tree over it, and
+//! computes its parent and children locally. On a failure the detector tells the root
+//! (`NodeFailure`, acknowledged with `FailureDetAck`); the root recalculates and sends
+//! `FailedNode(set)` to its children, each process recalculates and forwards it down; leaves
+//! answer `FailureAck`, inner processes once all their children have, and the tree is
+//! stabilized when the root has every child's ack. A root failure goes to the next live process
+//! of the list (`RootFailure`), which becomes the root and sends `RootDead` down instead.
+//! Failures found while a stabilization is in flight start a new epoch with the larger set.
+//!
+//! Departures from the paper, each deliberate:
+//! - The tree of an epoch is a function of the initial view and the *set* of failed ids,
+//!   applied in increasing id order (the paper patches in arrival order). Every process then
+//!   computes the same tree whatever order it heard of the failures in, and one that missed an
+//!   epoch catches up from the cumulative set.
+//! - `TreeMode::Rebalance` recomputes the balanced radix tree over the live view instead of
+//!   patching (Process Order's lazy update), so trees do not degrade after many failures.
+//! - Failure detection enters through [`Protocol::on_suspect`] (a lost connection on the
+//!   engine, a timed-out send in the simulator). The `HowAreYou` probe, joins (`NewNode`) and
+//!   recoveries (`NodeAlive`) are not implemented yet.
+
+use super::{Outbox, Protocol, Time, TimerId};
+use crate::topology::radix::RadixTree;
+use crate::{NodeId, Rank};
+use std::collections::{BTreeSet, HashMap};
+
+/// How the tree follows failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TreeMode {
+    /// The paper's local recalculation: a failed node's children move to its parent.
+    Patch,
+    /// Recompute the balanced radix tree over the live view.
+    Rebalance,
+}
+
+/// Messages of the membership protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberMsg {
+    /// Detector → root: `failed` stopped answering.
+    NodeFailure {
+        /// The failed process.
+        failed: NodeId,
+    },
+    /// Root → detector: report received.
+    FailureDetAck {
+        /// The failed process reported.
+        failed: NodeId,
+    },
+    /// Detector → next live process: the root failed; you are the root now.
+    RootFailure {
+        /// The failed root.
+        failed: NodeId,
+    },
+    /// Down the tree: recalculate without the `failed` set.
+    FailedNode {
+        /// Stabilization epoch.
+        epoch: u64,
+        /// Every failed process so far.
+        failed: Vec<NodeId>,
+        /// The root of this epoch.
+        root: NodeId,
+    },
+    /// Down the tree after a root failure (carries the new root).
+    RootDead {
+        /// Stabilization epoch.
+        epoch: u64,
+        /// Every failed process so far.
+        failed: Vec<NodeId>,
+        /// The new root.
+        root: NodeId,
+    },
+    /// Up the tree: my subtree is stable in `epoch`.
+    FailureAck {
+        /// Stabilization epoch.
+        epoch: u64,
+    },
+}
+
+/// What membership reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberEvent {
+    /// This process installed a new view.
+    ViewChanged {
+        /// Epoch.
+        epoch: u64,
+        /// Live ids, sorted.
+        view: Vec<NodeId>,
+    },
+    /// At the root: every child acknowledged `epoch`.
+    Stabilized {
+        /// Epoch.
+        epoch: u64,
+    },
+}
+
+/// A tree over node ids: parent and ordered children of every member.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdTree {
+    root: Option<NodeId>,
+    parent: HashMap<NodeId, NodeId>,
+    children: HashMap<NodeId, Vec<NodeId>>,
+}
+
+impl IdTree {
+    /// The radix tree of radix `a` over a sorted view.
+    pub fn radix(view: &[NodeId], a: u32) -> IdTree {
+        let t = RadixTree::new(view.len() as u32, a).expect("radix checked at construction");
+        let mut tree = IdTree {
+            root: view.first().copied(),
+            ..IdTree::default()
+        };
+        for (i, &id) in view.iter().enumerate() {
+            let kids: Vec<NodeId> = t
+                .children(Rank(i as u32))
+                .map(|r| view[r.0 as usize])
+                .collect();
+            for &k in &kids {
+                tree.parent.insert(k, id);
+            }
+            tree.children.insert(id, kids);
+        }
+        tree
+    }
+
+    /// The root.
+    pub fn root(&self) -> Option<NodeId> {
+        self.root
+    }
+
+    /// Parent of `id`.
+    pub fn parent(&self, id: NodeId) -> Option<NodeId> {
+        self.parent.get(&id).copied()
+    }
+
+    /// Children of `id`.
+    pub fn children(&self, id: NodeId) -> &[NodeId] {
+        self.children.get(&id).map_or(&[], |v| v.as_slice())
+    }
+
+    /// Number of levels.
+    pub fn height(&self) -> u32 {
+        fn h(t: &IdTree, n: NodeId) -> u32 {
+            1 + t.children(n).iter().map(|&c| h(t, c)).max().unwrap_or(0)
+        }
+        self.root.map_or(0, |r| h(self, r))
+    }
+
+    /// Section 3.4's local recalculation for a failed `d`: its children get its parent, are
+    /// merged into the parent's children in `d`'s place, and `d` disappears. A failed root is
+    /// replaced by `next_root` (the next live id of the list), which adopts the other children.
+    pub fn remove(&mut self, d: NodeId, next_root: Option<NodeId>) {
+        let kids = self.children.remove(&d).unwrap_or_default();
+        match self.parent.remove(&d) {
+            Some(p) => {
+                let siblings = self.children.entry(p).or_default();
+                match siblings.iter().position(|&s| s == d) {
+                    Some(at) => {
+                        siblings.splice(at..=at, kids.iter().copied());
+                    }
+                    None => siblings.extend(kids.iter().copied()),
+                }
+                for &k in &kids {
+                    self.parent.insert(k, p);
+                }
+            }
+            None => {
+                // The root failed.
+                let Some(r) = next_root else {
+                    self.root = None;
+                    return;
+                };
+                if let Some(old) = self.parent.remove(&r) {
+                    if let Some(v) = self.children.get_mut(&old) {
+                        v.retain(|&x| x != r);
+                    }
+                }
+                let adopt: Vec<NodeId> = kids.into_iter().filter(|&k| k != r).collect();
+                for &k in &adopt {
+                    self.parent.insert(k, r);
+                }
+                let mine = self.children.entry(r).or_default();
+                let mut merged = adopt;
+                merged.append(mine);
+                *mine = merged;
+                self.root = Some(r);
+            }
+        }
+    }
+}
+
+/// Settings.
+#[derive(Clone, Copy, Debug)]
+pub struct MembershipConfig {
+    /// Children per node, a power of two.
+    pub radix: u32,
+    /// Patch (paper) or rebalance.
+    pub mode: TreeMode,
+}
+
+/// One process's membership state.
+#[derive(Debug)]
+pub struct Membership {
+    me: NodeId,
+    cfg: MembershipConfig,
+    initial: Vec<NodeId>,
+    failed: BTreeSet<NodeId>,
+    suspected: BTreeSet<NodeId>,
+    view: Vec<NodeId>,
+    tree: IdTree,
+    epoch: u64,
+    waiting: BTreeSet<NodeId>,
+    events: Vec<MemberEvent>,
+    version: u64,
+}
+
+impl Membership {
+    /// A member of the initial `view` (any order; it is sorted).
+    pub fn new(me: NodeId, mut view: Vec<NodeId>, cfg: MembershipConfig) -> Self {
+        view.sort_unstable();
+        view.dedup();
+        let tree = IdTree::radix(&view, cfg.radix);
+        Self {
+            me,
+            cfg,
+            initial: view.clone(),
+            failed: BTreeSet::new(),
+            suspected: BTreeSet::new(),
+            view,
+            tree,
+            epoch: 0,
+            waiting: BTreeSet::new(),
+            events: Vec::new(),
+            version: 0,
+        }
+    }
+
+    /// The installed view.
+    pub fn view(&self) -> &[NodeId] {
+        &self.view
+    }
+
+    /// The current tree.
+    pub fn tree(&self) -> &IdTree {
+        &self.tree
+    }
+
+    /// The installed epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether this process is waiting for acknowledgments.
+    pub fn waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Events since the last call.
+    pub fn take_events(&mut self) -> Vec<MemberEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The tree of the initial view without the `failed` set (see the module doc).
+    fn tree_without(&self, failed: &BTreeSet<NodeId>) -> (Vec<NodeId>, IdTree) {
+        let view: Vec<NodeId> = self
+            .initial
+            .iter()
+            .copied()
+            .filter(|id| !failed.contains(id))
+            .collect();
+        let tree = match self.cfg.mode {
+            TreeMode::Rebalance => IdTree::radix(&view, self.cfg.radix),
+            TreeMode::Patch => {
+                let mut t = IdTree::radix(&self.initial, self.cfg.radix);
+                let mut gone = BTreeSet::new();
+                for &d in failed {
+                    gone.insert(d);
+                    let next = self.initial.iter().copied().find(|id| !gone.contains(id));
+                    t.remove(d, next);
+                }
+                t
+            }
+        };
+        (view, tree)
+    }
+
+    /// Install epoch `epoch` without `failed`, forward it down, and wait for the acks.
+    fn install<M: From<MemberMsg>>(
+        &mut self,
+        epoch: u64,
+        failed: BTreeSet<NodeId>,
+        root_changed: bool,
+        out: &mut Outbox<M>,
+    ) {
+        let (view, tree) = self.tree_without(&failed);
+        self.epoch = epoch;
+        self.failed = failed;
+        self.view = view;
+        self.tree = tree;
+        self.version += 1;
+        self.events.push(MemberEvent::ViewChanged {
+            epoch,
+            view: self.view.clone(),
+        });
+        let kids: Vec<NodeId> = self.tree.children(self.me).to_vec();
+        let set: Vec<NodeId> = self.failed.iter().copied().collect();
+        let root = self.tree.root().unwrap_or(self.me);
+        for &k in &kids {
+            let msg = if root_changed {
+                MemberMsg::RootDead {
+                    epoch,
+                    failed: set.clone(),
+                    root,
+                }
+            } else {
+                MemberMsg::FailedNode {
+                    epoch,
+                    failed: set.clone(),
+                    root,
+                }
+            };
+            out.send(k, msg);
+        }
+        self.waiting = kids.into_iter().collect();
+        // Failures this process reported may have been lost with an old root: report again
+        // whatever the new epoch still lacks.
+        if root != self.me {
+            for &s in &self.suspected {
+                if !self.failed.contains(&s) && s != root {
+                    out.send(root, MemberMsg::NodeFailure { failed: s });
+                }
+            }
+        }
+        self.maybe_ack(out);
+    }
+
+    /// All children acknowledged: tell the parent, or, at the root, report stabilization.
+    fn maybe_ack<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        if !self.waiting.is_empty() {
+            return;
+        }
+        match self.tree.parent(self.me) {
+            Some(p) => out.send(p, MemberMsg::FailureAck { epoch: self.epoch }),
+            None if self.epoch > 0 => self
+                .events
+                .push(MemberEvent::Stabilized { epoch: self.epoch }),
+            None => {}
+        }
+    }
+
+    /// The root starts a new epoch with `d` added to the failed set, together with every
+    /// process it suspects itself (a root that took over because all ids before it seemed dead
+    /// must leave them out of the tree too).
+    fn root_handles<M: From<MemberMsg>>(
+        &mut self,
+        d: NodeId,
+        root_changed: bool,
+        out: &mut Outbox<M>,
+    ) {
+        if d == self.me {
+            return;
+        }
+        self.suspected.insert(d);
+        let mut failed = self.failed.clone();
+        failed.extend(self.suspected.iter().copied().filter(|&s| s != self.me));
+        if failed.len() == self.failed.len() {
+            return; // nothing new
+        }
+        self.install(self.epoch + 1, failed, root_changed, out);
+    }
+
+    /// The live process after `d` in the list that this process believes alive.
+    fn next_live(&self, d: NodeId) -> Option<NodeId> {
+        self.view
+            .iter()
+            .copied()
+            .find(|&id| id != d && !self.failed.contains(&id) && !self.suspected.contains(&id))
+    }
+
+    /// A suspected failure of `peer` (detection).
+    pub fn suspect<M: From<MemberMsg>>(&mut self, peer: NodeId, out: &mut Outbox<M>) {
+        if self.failed.contains(&peer) || !self.view.contains(&peer) {
+            return;
+        }
+        self.suspected.insert(peer);
+        let root = self.tree.root();
+        if root == Some(peer) {
+            match self.next_live(peer) {
+                Some(r) if r == self.me => self.root_handles(peer, true, out),
+                Some(r) => out.send(r, MemberMsg::RootFailure { failed: peer }),
+                None => {}
+            }
+        } else if root == Some(self.me) {
+            self.root_handles(peer, false, out);
+        } else if let Some(r) = root {
+            out.send(r, MemberMsg::NodeFailure { failed: peer });
+        }
+        // A child we wait for is gone: stop waiting; the new epoch will come down.
+        self.waiting.remove(&peer);
+    }
+
+    /// Handle a message.
+    pub fn handle<M: From<MemberMsg>>(
+        &mut self,
+        from: NodeId,
+        msg: MemberMsg,
+        out: &mut Outbox<M>,
+    ) {
+        match msg {
+            MemberMsg::NodeFailure { failed } => {
+                out.send(from, MemberMsg::FailureDetAck { failed });
+                if self.tree.root() == Some(self.me) {
+                    self.root_handles(failed, false, out);
+                } else if let Some(r) = self.tree.root() {
+                    // Not (or no longer) the root: pass it on.
+                    out.send(r, MemberMsg::NodeFailure { failed });
+                }
+            }
+            MemberMsg::RootFailure { failed } => {
+                out.send(from, MemberMsg::FailureDetAck { failed });
+                self.suspected.insert(failed);
+                if self.tree.root() == Some(failed) {
+                    self.root_handles(failed, true, out);
+                } else if self.tree.root() == Some(self.me) {
+                    // Already root (an earlier report): treat it as a node failure.
+                    self.root_handles(failed, false, out);
+                }
+            }
+            MemberMsg::FailedNode { epoch, failed, .. }
+            | MemberMsg::RootDead { epoch, failed, .. } => {
+                if epoch <= self.epoch {
+                    return; // old or duplicate
+                }
+                let root_changed = failed.iter().any(|&f| self.tree.root() == Some(f));
+                self.install(epoch, failed.into_iter().collect(), root_changed, out);
+            }
+            MemberMsg::FailureAck { epoch } => {
+                if epoch == self.epoch && self.waiting.remove(&from) {
+                    self.maybe_ack(out);
+                }
+            }
+            MemberMsg::FailureDetAck { .. } => {}
+        }
+    }
+}
+
+impl Protocol for Membership {
+    type Msg = MemberMsg;
+
+    fn on_start(&mut self, _now: Time, _out: &mut Outbox<MemberMsg>) {}
+
+    fn on_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: MemberMsg,
+        out: &mut Outbox<MemberMsg>,
+    ) {
+        self.handle(from, msg, out);
+    }
+
+    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<MemberMsg>) {}
+
+    fn on_suspect(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<MemberMsg>) {
+        self.suspect(peer, out);
+    }
+
+    fn state_version(&self) -> u64 {
+        self.version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[u64]) -> Vec<NodeId> {
+        v.iter().map(|&i| NodeId(i)).collect()
+    }
+
+    #[test]
+    fn patching_moves_children_to_the_grandparent() {
+        // 4-ary over 0..21: node 1 has children 5..=8 and parent 0.
+        let view = ids(&(0..21).collect::<Vec<_>>());
+        let mut t = IdTree::radix(&view, 4);
+        assert_eq!(t.children(NodeId(1)), ids(&[5, 6, 7, 8]).as_slice());
+        t.remove(NodeId(1), None);
+        assert_eq!(
+            t.children(NodeId(0)),
+            ids(&[5, 6, 7, 8, 2, 3, 4]).as_slice()
+        );
+        assert_eq!(t.parent(NodeId(6)), Some(NodeId(0)));
+        // The root fails: 2 (next in the list) takes over and adopts the rest.
+        t.remove(NodeId(0), Some(NodeId(2)));
+        assert_eq!(t.root(), Some(NodeId(2)));
+        assert_eq!(t.parent(NodeId(5)), Some(NodeId(2)));
+        assert!(t.children(NodeId(2)).contains(&NodeId(3)));
+    }
+}

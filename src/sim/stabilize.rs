@@ -1,0 +1,326 @@
+//! The stabilization experiment of ICS'06 in the simulator: N processes run the membership
+//! protocol over the timed network, some are killed at t = 0, a neighbor of each notices at once,
+//! and Ts is the time until the root has every acknowledgment of the final epoch.
+
+use super::rng::SimRng;
+use super::timed::{pick, Net, TimedConfig, TimedWorld};
+use crate::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
+use crate::topology::torus::Torus;
+use crate::NodeId;
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which processes fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fail {
+    /// A random leaf.
+    Leaf,
+    /// A random inner process (not the root).
+    Inner,
+    /// The root.
+    Root,
+    /// K random non-root processes.
+    Multi(usize),
+    /// The root and K random others.
+    RootPlus(usize),
+}
+
+impl FromStr for Fail {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Fail, String> {
+        let bad = || format!("--fail {s:?}: expected leaf, inner, root, multi:K or root+K");
+        Ok(match s {
+            "leaf" => Fail::Leaf,
+            "inner" => Fail::Inner,
+            "root" => Fail::Root,
+            _ if s.starts_with("multi:") => Fail::Multi(s[6..].parse().map_err(|_| bad())?),
+            _ if s.starts_with("root+") => Fail::RootPlus(s[5..].parse().map_err(|_| bad())?),
+            _ => return Err(bad()),
+        })
+    }
+}
+
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fail::Leaf => f.write_str("leaf"),
+            Fail::Inner => f.write_str("inner"),
+            Fail::Root => f.write_str("root"),
+            Fail::Multi(k) => write!(f, "multi:{k}"),
+            Fail::RootPlus(k) => write!(f, "root+{k}"),
+        }
+    }
+}
+
+/// The latency model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NetKind {
+    /// Base model: every message takes L.
+    Constant,
+    /// Distance model: hops on 8×8×8 BG/L midplanes (XYZ order) × L.
+    Torus,
+    /// Contention: constant L plus `send` CPU per message sent, so a parent's k-th child
+    /// hears k × send later.
+    Contention,
+}
+
+/// Parameters of one run.
+#[derive(Clone, Debug)]
+pub struct StabilizeConfig {
+    /// Processes.
+    pub nodes: u32,
+    /// Children per process.
+    pub radix: u32,
+    /// Patch or rebalance.
+    pub mode: TreeMode,
+    /// Failures.
+    pub fail: Fail,
+    /// Latency model.
+    pub net: NetKind,
+    /// L.
+    pub latency: Duration,
+    /// Ocp: CPU per handled message.
+    pub ocp: Duration,
+    /// CPU per message sent (contention model only).
+    pub send: Duration,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// The measures of one run (`weft sim stabilize --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct StabilizeRun {
+    /// Processes.
+    pub nodes: u32,
+    /// Radix.
+    pub radix: u32,
+    /// Tree mode.
+    pub mode: TreeMode,
+    /// Failure case.
+    pub fail: String,
+    /// Latency model.
+    pub net: NetKind,
+    /// L in µs.
+    pub latency_us: f64,
+    /// Ocp in µs.
+    pub ocp_us: f64,
+    /// Height H of the initial tree.
+    pub height: u32,
+    /// Ts: detection to the root's stabilization, µs.
+    pub ts_us: f64,
+    /// The base model's prediction 2·L·(H−1) + Ocp·H, µs.
+    pub base_model_us: f64,
+    /// Messages sent.
+    pub msgs: u64,
+    /// Epochs until the final view.
+    pub epochs: u64,
+    /// Every survivor installed the same view, which is exactly the survivors.
+    pub views_agree: bool,
+    /// The root stabilized the final epoch.
+    pub stabilized: bool,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// Run one stabilization.
+pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
+    if cfg.nodes < 2 {
+        return Err("need at least 2 processes".into());
+    }
+    if cfg.radix < 2 || !cfg.radix.is_power_of_two() {
+        return Err(format!("radix {} is not a power of two >= 2", cfg.radix));
+    }
+    let n = cfg.nodes;
+    let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+    let mcfg = MembershipConfig {
+        radix: cfg.radix,
+        mode: cfg.mode,
+    };
+    let nodes: Vec<Membership> = ids
+        .iter()
+        .map(|&id| Membership::new(id, ids.clone(), mcfg))
+        .collect();
+    let tree = nodes[0].tree().clone();
+    let height = tree.height();
+    let net = match cfg.net {
+        NetKind::Constant | NetKind::Contention => Net::Constant { l: cfg.latency },
+        NetKind::Torus => Net::Torus {
+            l: cfg.latency,
+            torus: Torus::MIDPLANE,
+        },
+    };
+    let send = if cfg.net == NetKind::Contention {
+        cfg.send
+    } else {
+        Duration::ZERO
+    };
+    let mut world = TimedWorld::new(
+        nodes,
+        TimedConfig {
+            net,
+            ocp: cfg.ocp,
+            send,
+            detect: Duration::ZERO,
+        },
+    );
+    // Victims, from the initial tree.
+    let mut rng = SimRng::new(cfg.seed);
+    let leaves: Vec<u32> = (1..n)
+        .filter(|&i| tree.children(NodeId(i as u64)).is_empty())
+        .collect();
+    let inner: Vec<u32> = (1..n)
+        .filter(|&i| !tree.children(NodeId(i as u64)).is_empty())
+        .collect();
+    let one = |rng: &mut SimRng, v: &[u32]| -> Result<u32, String> {
+        if v.is_empty() {
+            return Err(format!("no process of that kind in a tree of {n}"));
+        }
+        Ok(v[rng.below(v.len() as u64) as usize])
+    };
+    let victims: Vec<u32> = match cfg.fail {
+        Fail::Leaf => vec![one(&mut rng, &leaves)?],
+        Fail::Inner => vec![one(&mut rng, &inner)?],
+        Fail::Root => vec![0],
+        Fail::Multi(k) => pick(&mut rng, n, k.min(n as usize - 1), &[0]),
+        Fail::RootPlus(k) => {
+            let mut v = vec![0];
+            v.extend(pick(&mut rng, n, k.min(n as usize - 2), &[0]));
+            v
+        }
+    };
+    for &v in &victims {
+        world.kill(v);
+    }
+    // Detection at t = 0 by a live neighbor: the parent, or for the root its first live child.
+    for &v in &victims {
+        let id = NodeId(v as u64);
+        let candidates = tree
+            .parent(id)
+            .into_iter()
+            .chain(tree.children(id).iter().copied());
+        let detector = candidates
+            .map(|c| c.0 as u32)
+            .find(|&c| world.is_alive(c))
+            .or_else(|| (0..n).find(|&c| world.is_alive(c)))
+            .ok_or("every process failed")?;
+        world.suspect_at(0, detector, v);
+    }
+    let mut last_stable: Option<(u64, u64)> = None; // (epoch, time)
+    while let Some(handled) = world.step() {
+        if let Some(i) = handled {
+            let t = world.done_at(i);
+            for e in world.nodes_mut()[i as usize].take_events() {
+                if let MemberEvent::Stabilized { epoch } = e {
+                    if last_stable.is_none_or(|(ep, _)| epoch >= ep) {
+                        last_stable = Some((epoch, t));
+                    }
+                }
+            }
+        }
+    }
+    let survivors: Vec<NodeId> = (0..n)
+        .filter(|&i| world.is_alive(i))
+        .map(|i| NodeId(i as u64))
+        .collect();
+    let live: Vec<&Membership> = survivors
+        .iter()
+        .map(|id| &world.nodes()[id.0 as usize])
+        .collect();
+    let final_epoch = live.iter().map(|m| m.epoch()).max().unwrap_or(0);
+    let views_agree = live
+        .iter()
+        .all(|m| m.view() == survivors.as_slice() && m.epoch() == final_epoch);
+    let stabilized = last_stable.is_some_and(|(ep, _)| ep == final_epoch);
+    let ts = last_stable.map_or(0, |(_, t)| t);
+    let (l, ocp) = (cfg.latency.as_secs_f64() * 1e6, cfg.ocp.as_secs_f64() * 1e6);
+    Ok(StabilizeRun {
+        nodes: n,
+        radix: cfg.radix,
+        mode: cfg.mode,
+        fail: cfg.fail.to_string(),
+        net: cfg.net,
+        latency_us: l,
+        ocp_us: ocp,
+        height,
+        ts_us: ts as f64 / 1e3,
+        base_model_us: 2.0 * l * (height as f64 - 1.0) + ocp * height as f64,
+        msgs: world.sent,
+        epochs: final_epoch,
+        views_agree,
+        stabilized,
+        seed: cfg.seed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(nodes: u32, radix: u32, fail: Fail, mode: TreeMode, seed: u64) -> StabilizeConfig {
+        StabilizeConfig {
+            nodes,
+            radix,
+            mode,
+            fail,
+            net: NetKind::Constant,
+            latency: Duration::from_micros(5),
+            ocp: Duration::from_micros(2),
+            send: Duration::from_micros(1),
+            seed,
+        }
+    }
+
+    #[test]
+    fn every_failure_case_ends_in_one_agreed_view() {
+        for mode in [TreeMode::Patch, TreeMode::Rebalance] {
+            for fail in [
+                Fail::Leaf,
+                Fail::Inner,
+                Fail::Root,
+                Fail::Multi(3),
+                Fail::Multi(12),
+                Fail::RootPlus(4),
+            ] {
+                for (n, a) in [(16, 2), (64, 4), (200, 8), (256, 2)] {
+                    for seed in 0..5 {
+                        let r = run(&cfg(n, a, fail, mode, seed)).unwrap();
+                        assert!(
+                            r.views_agree,
+                            "{mode:?} {fail} n={n} a={a} seed={seed}: views differ"
+                        );
+                        assert!(
+                            r.stabilized,
+                            "{mode:?} {fail} n={n} a={a} seed={seed}: root never stabilized"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn single_failure_matches_the_base_model_shape() {
+        // One failure, one epoch: Ts grows with the tree height, never below 2·L·(H−1).
+        let mut prev = 0.0;
+        for n in [16, 64, 256, 1024] {
+            let r = run(&cfg(n, 2, Fail::Leaf, TreeMode::Patch, 1)).unwrap();
+            assert_eq!(r.epochs, 1);
+            assert!(
+                r.ts_us >= 2.0 * r.latency_us * (r.height as f64 - 1.0),
+                "{r:?}"
+            );
+            assert!(r.ts_us > prev, "Ts must grow with N: {r:?}");
+            prev = r.ts_us;
+        }
+    }
+
+    #[test]
+    fn failure_case_names_parse() {
+        assert_eq!("multi:3".parse::<Fail>(), Ok(Fail::Multi(3)));
+        assert_eq!("root+2".parse::<Fail>(), Ok(Fail::RootPlus(2)));
+        assert!("sideways".parse::<Fail>().is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! A continuous-time discrete-event simulator: messages take a latency from a network model,
+//! each process handles one event at a time and each handling costs `ocp` of its CPU, so load
+//! on one process (a parent with many children) turns into delay, as on a real machine.
+//!
+//! Used for stabilization latency (ICS'06): the base model (constant `L`), the 3-D torus
+//! distance model (`hops × L`) and contention (a sender pays `send` per message, so the k-th
+//! of c messages leaves `k × send` later).
+
+use super::rng::SimRng;
+use crate::proto::{Action, Outbox, Protocol, Time};
+use crate::topology::torus::Torus;
+use crate::{NodeId, Rank};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::time::Duration;
+
+/// Message latency between two processes.
+#[derive(Clone, Copy, Debug)]
+pub enum Net {
+    /// Every message takes `l`.
+    Constant {
+        /// Latency.
+        l: Duration,
+    },
+    /// `hops × l` on a torus, ranks in XYZ order (process i at rank i).
+    Torus {
+        /// Per-hop latency.
+        l: Duration,
+        /// The torus.
+        torus: Torus,
+    },
+}
+
+impl Net {
+    fn delay(&self, from: u32, to: u32) -> u64 {
+        match self {
+            Net::Constant { l } => l.as_nanos() as u64,
+            Net::Torus { l, torus } => {
+                torus.hops(Rank(from), Rank(to)).max(1) as u64 * l.as_nanos() as u64
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Deliver { to: u32, from: u32, slot: usize },
+    Suspect { at: u32, peer: u32 },
+}
+
+/// Costs and the network.
+#[derive(Clone, Copy, Debug)]
+pub struct TimedConfig {
+    /// Latency model.
+    pub net: Net,
+    /// CPU time to handle one event (the paper's `Ocp` per message).
+    pub ocp: Duration,
+    /// CPU time to send one message (contention: a node sending c messages spends `c × send`).
+    pub send: Duration,
+    /// Time for a sender to notice that its peer is dead (a failed send).
+    pub detect: Duration,
+}
+
+/// Processes, alive or dead, and the events in flight.
+pub struct TimedWorld<P: Protocol> {
+    nodes: Vec<P>,
+    alive: Vec<bool>,
+    busy_until: Vec<u64>,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    msgs: Vec<Option<P::Msg>>,
+    seq: u64,
+    cfg: TimedConfig,
+    now: u64,
+    suspected: HashSet<(u32, u32)>,
+    /// Messages sent.
+    pub sent: u64,
+    out: Outbox<P::Msg>,
+}
+
+impl<P: Protocol> TimedWorld<P> {
+    /// Processes `0..n` (process i is `NodeId(i)`).
+    pub fn new(nodes: Vec<P>, cfg: TimedConfig) -> Self {
+        let n = nodes.len();
+        Self {
+            nodes,
+            alive: vec![true; n],
+            busy_until: vec![0; n],
+            queue: BinaryHeap::new(),
+            msgs: Vec::new(),
+            seq: 0,
+            cfg,
+            now: 0,
+            suspected: HashSet::new(),
+            sent: 0,
+            out: Outbox::new(),
+        }
+    }
+
+    /// The protocols.
+    pub fn nodes(&self) -> &[P] {
+        &self.nodes
+    }
+
+    /// Mutable protocols (to drain their events).
+    pub fn nodes_mut(&mut self) -> &mut [P] {
+        &mut self.nodes
+    }
+
+    /// Whether process `i` is alive.
+    pub fn is_alive(&self, i: u32) -> bool {
+        self.alive[i as usize]
+    }
+
+    /// Simulated time, in nanoseconds.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, ev)));
+    }
+
+    /// Kill process `i` now: it stops handling events; messages to it are lost, and each
+    /// sender notices after `detect`.
+    pub fn kill(&mut self, i: u32) {
+        self.alive[i as usize] = false;
+    }
+
+    /// Process `at` suspects `peer` at time `t` (an external failure detector).
+    pub fn suspect_at(&mut self, t: u64, at: u32, peer: u32) {
+        if self.suspected.insert((at, peer)) {
+            self.push(t, Ev::Suspect { at, peer });
+        }
+    }
+
+    fn apply(&mut self, i: u32, start: u64) {
+        let mut t = start + self.cfg.ocp.as_nanos() as u64;
+        let actions: Vec<Action<P::Msg>> = self.out.drain().collect();
+        for a in actions {
+            if let Action::Send { to, msg } = a {
+                if to.0 >= self.nodes.len() as u64 {
+                    continue;
+                }
+                t += self.cfg.send.as_nanos() as u64;
+                self.sent += 1;
+                let to = to.0 as u32;
+                if !self.alive[to as usize] {
+                    let at = t + self.cfg.detect.as_nanos() as u64;
+                    self.suspect_at(at, i, to);
+                    continue;
+                }
+                let slot = self.msgs.len();
+                self.msgs.push(Some(msg));
+                let arrive = t + self.cfg.net.delay(i, to);
+                self.push(arrive, Ev::Deliver { to, from: i, slot });
+            }
+        }
+        self.busy_until[i as usize] = t;
+    }
+
+    /// Handle the next event; returns the process that handled it (`Some(None)` if the event
+    /// was lost on a dead process), `None` when nothing is left.
+    pub fn step(&mut self) -> Option<Option<u32>> {
+        let Reverse((at, _, ev)) = self.queue.pop()?;
+        let node = match &ev {
+            Ev::Deliver { to, .. } => *to,
+            Ev::Suspect { at, .. } => *at,
+        };
+        if !self.alive[node as usize] {
+            if let Ev::Deliver { slot, .. } = ev {
+                self.msgs[slot] = None;
+            }
+            return Some(None);
+        }
+        // A busy process handles the event when it is free.
+        let start = at.max(self.busy_until[node as usize]);
+        self.now = start;
+        let now = Time(start);
+        match ev {
+            Ev::Deliver { to, from, slot } => {
+                if let Some(msg) = self.msgs[slot].take() {
+                    self.nodes[to as usize].on_message(
+                        now,
+                        NodeId(from as u64),
+                        msg,
+                        &mut self.out,
+                    );
+                }
+            }
+            Ev::Suspect { at, peer } => {
+                self.nodes[at as usize].on_suspect(now, NodeId(peer as u64), &mut self.out);
+            }
+        }
+        self.apply(node, start);
+        Some(Some(node))
+    }
+
+    /// When the last handled event's work ended on `node` (its CPU time included).
+    pub fn done_at(&self, node: u32) -> u64 {
+        self.busy_until[node as usize]
+    }
+}
+
+/// Pick `k` distinct processes among `0..n` excluding `except`.
+pub fn pick(rng: &mut SimRng, n: u32, k: usize, except: &[u32]) -> Vec<u32> {
+    let mut out = Vec::new();
+    while out.len() < k && out.len() + except.len() < n as usize {
+        let c = rng.below(n as u64) as u32;
+        if !out.contains(&c) && !except.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
