@@ -36,6 +36,12 @@ pub struct StabilizeArgs {
     /// CPU per message sent (the contention model).
     #[arg(long, default_value_t = 1.0)]
     send_us: f64,
+    /// Detect by HowAreYou probes every this many µs (0: a neighbor notices at once).
+    #[arg(long, default_value_t = 0.0)]
+    probe_us: f64,
+    /// Probe timeout in µs.
+    #[arg(long, default_value_t = 100.0)]
+    probe_timeout_us: f64,
     /// Seed (printed when chosen at random).
     #[arg(long)]
     seed: Option<u64>,
@@ -50,7 +56,13 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
     if a.seed.is_none() && !a.json {
         eprintln!("seed {seed}");
     }
-    for v in [a.latency_us, a.ocp_us, a.send_us] {
+    for v in [
+        a.latency_us,
+        a.ocp_us,
+        a.send_us,
+        a.probe_us,
+        a.probe_timeout_us,
+    ] {
         anyhow::ensure!(
             v.is_finite() && v >= 0.0,
             "times must be non-negative numbers"
@@ -82,6 +94,12 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
             ocp: Duration::from_secs_f64(a.ocp_us * 1e-6),
             send: Duration::from_secs_f64(a.send_us * 1e-6),
             seed,
+            probe: (a.probe_us > 0.0).then(|| {
+                (
+                    Duration::from_secs_f64(a.probe_us * 1e-6),
+                    Duration::from_secs_f64(a.probe_timeout_us.max(0.0) * 1e-6),
+                )
+            }),
         })
         .map_err(anyhow::Error::msg)?;
         if a.json {

@@ -16,9 +16,10 @@
 //!   epoch catches up from the cumulative set.
 //! - `TreeMode::Rebalance` recomputes the balanced radix tree over the live view instead of
 //!   patching (Process Order's lazy update), so trees do not degrade after many failures.
-//! - Failure detection enters through [`Protocol::on_suspect`] (a lost connection on the
-//!   engine, a timed-out send in the simulator). The `HowAreYou` probe, joins (`NewNode`) and
-//!   recoveries (`NodeAlive`) are not implemented yet.
+//! - Failures are detected by the `HowAreYou` probe (section 2.2: a process asks its tree
+//!   neighbors every `period` and suspects one that has not answered `IAmFine` within
+//!   `timeout`) and by [`Protocol::on_suspect`] (a lost connection on the engine, a failed send
+//!   in the simulator). Joins (`NewNode`) and recoveries (`NodeAlive`) are not implemented yet.
 
 use super::{Outbox, Protocol, Time, TimerId};
 use crate::topology::radix::RadixTree;
@@ -35,9 +36,24 @@ pub enum TreeMode {
     Rebalance,
 }
 
+/// Timer of the probe rounds.
+pub const PROBE_TIMER: TimerId = TimerId(10);
+/// Timer of the probe deadline.
+pub const TIMEOUT_TIMER: TimerId = TimerId(11);
+
 /// Messages of the membership protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberMsg {
+    /// Failure detector probe.
+    HowAreYou {
+        /// Probe number.
+        seq: u64,
+    },
+    /// Answer to a probe.
+    IAmFine {
+        /// The probe's number.
+        seq: u64,
+    },
     /// Detector → root: `failed` stopped answering.
     NodeFailure {
         /// The failed process.
@@ -81,6 +97,11 @@ pub enum MemberMsg {
 /// What membership reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberEvent {
+    /// This process newly suspects `peer` (detection).
+    Detected {
+        /// The suspected process.
+        peer: NodeId,
+    },
     /// This process installed a new view.
     ViewChanged {
         /// Epoch.
@@ -197,6 +218,9 @@ pub struct MembershipConfig {
     pub radix: u32,
     /// Patch (paper) or rebalance.
     pub mode: TreeMode,
+    /// `HowAreYou` probing of tree neighbors: (period, timeout); `None` relies on
+    /// `on_suspect` alone.
+    pub probe: Option<(std::time::Duration, std::time::Duration)>,
 }
 
 /// One process's membership state.
@@ -213,6 +237,9 @@ pub struct Membership {
     waiting: BTreeSet<NodeId>,
     events: Vec<MemberEvent>,
     version: u64,
+    probe_seq: u64,
+    /// Probes awaiting an answer: peer → (seq, deadline).
+    outstanding: HashMap<NodeId, (u64, Time)>,
 }
 
 impl Membership {
@@ -233,6 +260,8 @@ impl Membership {
             waiting: BTreeSet::new(),
             events: Vec::new(),
             version: 0,
+            probe_seq: 0,
+            outstanding: HashMap::new(),
         }
     }
 
@@ -383,7 +412,10 @@ impl Membership {
         if self.failed.contains(&peer) || !self.view.contains(&peer) {
             return;
         }
-        self.suspected.insert(peer);
+        if self.suspected.insert(peer) {
+            self.events.push(MemberEvent::Detected { peer });
+        }
+        self.outstanding.remove(&peer);
         let root = self.tree.root();
         if root == Some(peer) {
             match self.next_live(peer) {
@@ -441,6 +473,58 @@ impl Membership {
                 }
             }
             MemberMsg::FailureDetAck { .. } => {}
+            MemberMsg::HowAreYou { seq } => out.send(from, MemberMsg::IAmFine { seq }),
+            MemberMsg::IAmFine { seq } => {
+                if self.outstanding.get(&from).is_some_and(|&(s, _)| s == seq) {
+                    self.outstanding.remove(&from);
+                }
+            }
+        }
+    }
+
+    /// A probe round: ask every tree neighbor that has no probe pending.
+    fn probe<M: From<MemberMsg>>(&mut self, now: Time, out: &mut Outbox<M>) {
+        let Some((period, timeout)) = self.cfg.probe else {
+            return;
+        };
+        let neighbors: Vec<NodeId> = self
+            .tree
+            .parent(self.me)
+            .into_iter()
+            .chain(self.tree.children(self.me).iter().copied())
+            .collect();
+        for p in neighbors {
+            if self.outstanding.contains_key(&p) || self.suspected.contains(&p) {
+                continue;
+            }
+            self.probe_seq += 1;
+            self.outstanding.insert(p, (self.probe_seq, now + timeout));
+            out.send(
+                p,
+                MemberMsg::HowAreYou {
+                    seq: self.probe_seq,
+                },
+            );
+        }
+        if !self.outstanding.is_empty() {
+            out.set_timer(TIMEOUT_TIMER, timeout);
+        }
+        out.set_timer(PROBE_TIMER, period);
+    }
+
+    /// Probes past their deadline: suspect those peers.
+    fn expire<M: From<MemberMsg>>(&mut self, now: Time, out: &mut Outbox<M>) {
+        let late: Vec<NodeId> = self
+            .outstanding
+            .iter()
+            .filter(|(_, &(_, deadline))| deadline <= now)
+            .map(|(&p, _)| p)
+            .collect();
+        for p in late {
+            self.suspect(p, out);
+        }
+        if let Some(next) = self.outstanding.values().map(|&(_, d)| d).min() {
+            out.set_timer(TIMEOUT_TIMER, next.since(now));
         }
     }
 }
@@ -448,7 +532,11 @@ impl Membership {
 impl Protocol for Membership {
     type Msg = MemberMsg;
 
-    fn on_start(&mut self, _now: Time, _out: &mut Outbox<MemberMsg>) {}
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<MemberMsg>) {
+        if let Some((period, _)) = self.cfg.probe {
+            out.set_timer(PROBE_TIMER, period);
+        }
+    }
 
     fn on_message(
         &mut self,
@@ -460,7 +548,13 @@ impl Protocol for Membership {
         self.handle(from, msg, out);
     }
 
-    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<MemberMsg>) {}
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<MemberMsg>) {
+        match timer {
+            PROBE_TIMER => self.probe(now, out),
+            TIMEOUT_TIMER => self.expire(now, out),
+            _ => {}
+        }
+    }
 
     fn on_suspect(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<MemberMsg>) {
         self.suspect(peer, out);

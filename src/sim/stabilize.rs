@@ -88,6 +88,9 @@ pub struct StabilizeConfig {
     pub send: Duration,
     /// Seed.
     pub seed: u64,
+    /// `None`: a neighbor of each victim notices at t = 0. `Some((period, timeout))`: only the
+    /// `HowAreYou` probes detect.
+    pub probe: Option<(Duration, Duration)>,
 }
 
 /// The measures of one run (`weft sim stabilize --json`).
@@ -109,7 +112,7 @@ pub struct StabilizeRun {
     pub ocp_us: f64,
     /// Height H of the initial tree.
     pub height: u32,
-    /// Ts: detection to the root's stabilization, µs.
+    /// Ts: first detection to the root's stabilization of the final epoch, µs.
     pub ts_us: f64,
     /// The base model's prediction 2·L·(H−1) + Ocp·H, µs.
     pub base_model_us: f64,
@@ -138,6 +141,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
     let mcfg = MembershipConfig {
         radix: cfg.radix,
         mode: cfg.mode,
+        probe: cfg.probe,
     };
     let nodes: Vec<Membership> = ids
         .iter()
@@ -191,32 +195,48 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
             v
         }
     };
+    world.start();
     for &v in &victims {
         world.kill(v);
     }
-    // Detection at t = 0 by a live neighbor: the parent, or for the root its first live child.
-    for &v in &victims {
-        let id = NodeId(v as u64);
-        let candidates = tree
-            .parent(id)
-            .into_iter()
-            .chain(tree.children(id).iter().copied());
-        let detector = candidates
-            .map(|c| c.0 as u32)
-            .find(|&c| world.is_alive(c))
-            .or_else(|| (0..n).find(|&c| world.is_alive(c)))
-            .ok_or("every process failed")?;
-        world.suspect_at(0, detector, v);
+    // Detection at t = 0 by a live neighbor (the parent, or for the root its first live
+    // child), unless the probes are to find the failures themselves.
+    if cfg.probe.is_none() {
+        for &v in &victims {
+            let id = NodeId(v as u64);
+            let candidates = tree
+                .parent(id)
+                .into_iter()
+                .chain(tree.children(id).iter().copied());
+            let detector = candidates
+                .map(|c| c.0 as u32)
+                .find(|&c| world.is_alive(c))
+                .or_else(|| (0..n).find(|&c| world.is_alive(c)))
+                .ok_or("every process failed")?;
+            world.suspect_at(0, detector, v);
+        }
     }
+    // With probes the run never goes idle: stop well after detection could have happened.
+    let horizon = cfg
+        .probe
+        .map_or(u64::MAX, |(p, t)| 20 * (p + t).as_nanos() as u64);
     let mut last_stable: Option<(u64, u64)> = None; // (epoch, time)
-    while let Some(handled) = world.step() {
+    let mut detected: Option<u64> = None;
+    while world.now() <= horizon {
+        let Some(handled) = world.step() else { break };
         if let Some(i) = handled {
             let t = world.done_at(i);
             for e in world.nodes_mut()[i as usize].take_events() {
-                if let MemberEvent::Stabilized { epoch } = e {
-                    if last_stable.is_none_or(|(ep, _)| epoch >= ep) {
+                match e {
+                    MemberEvent::Stabilized { epoch }
+                        if last_stable.is_none_or(|(ep, _)| epoch >= ep) =>
+                    {
                         last_stable = Some((epoch, t));
                     }
+                    MemberEvent::Detected { .. } => {
+                        detected.get_or_insert(world.now());
+                    }
+                    _ => {}
                 }
             }
         }
@@ -234,7 +254,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         .iter()
         .all(|m| m.view() == survivors.as_slice() && m.epoch() == final_epoch);
     let stabilized = last_stable.is_some_and(|(ep, _)| ep == final_epoch);
-    let ts = last_stable.map_or(0, |(_, t)| t);
+    let ts = last_stable.map_or(0, |(_, t)| t.saturating_sub(detected.unwrap_or(0)));
     let (l, ocp) = (cfg.latency.as_secs_f64() * 1e6, cfg.ocp.as_secs_f64() * 1e6);
     Ok(StabilizeRun {
         nodes: n,
@@ -270,6 +290,27 @@ mod tests {
             ocp: Duration::from_micros(2),
             send: Duration::from_micros(1),
             seed,
+            probe: None,
+        }
+    }
+
+    #[test]
+    fn probes_alone_detect_every_failure() {
+        for fail in [
+            Fail::Leaf,
+            Fail::Inner,
+            Fail::Root,
+            Fail::Multi(5),
+            Fail::RootPlus(3),
+        ] {
+            for seed in 0..4 {
+                let c = StabilizeConfig {
+                    probe: Some((Duration::from_micros(200), Duration::from_micros(100))),
+                    ..cfg(100, 4, fail, TreeMode::Patch, seed)
+                };
+                let r = run(&c).unwrap();
+                assert!(r.views_agree && r.stabilized, "{fail} seed {seed}: {r:?}");
+            }
         }
     }
 

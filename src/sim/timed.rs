@@ -7,10 +7,11 @@
 //! of c messages leaves `k × send` later).
 
 use super::rng::SimRng;
-use crate::proto::{Action, Outbox, Protocol, Time};
+use crate::proto::{Action, Outbox, Protocol, Time, TimerId};
 use crate::topology::torus::Torus;
 use crate::{NodeId, Rank};
 use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::collections::{BinaryHeap, HashSet};
 use std::time::Duration;
 
@@ -44,8 +45,20 @@ impl Net {
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
-    Deliver { to: u32, from: u32, slot: usize },
-    Suspect { at: u32, peer: u32 },
+    Deliver {
+        to: u32,
+        from: u32,
+        slot: usize,
+    },
+    Suspect {
+        at: u32,
+        peer: u32,
+    },
+    Timer {
+        node: u32,
+        timer: TimerId,
+        generation: u64,
+    },
 }
 
 /// Costs and the network.
@@ -72,6 +85,8 @@ pub struct TimedWorld<P: Protocol> {
     cfg: TimedConfig,
     now: u64,
     suspected: HashSet<(u32, u32)>,
+    /// Live generation of each (process, timer): re-arming makes older events stale.
+    timers: HashMap<(u32, TimerId), u64>,
     /// Messages sent.
     pub sent: u64,
     out: Outbox<P::Msg>,
@@ -91,6 +106,7 @@ impl<P: Protocol> TimedWorld<P> {
             cfg,
             now: 0,
             suspected: HashSet::new(),
+            timers: HashMap::new(),
             sent: 0,
             out: Outbox::new(),
         }
@@ -121,6 +137,14 @@ impl<P: Protocol> TimedWorld<P> {
         self.queue.push(Reverse((at, self.seq, ev)));
     }
 
+    /// Call `on_start` on every process at time 0.
+    pub fn start(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.nodes[i].on_start(Time(0), &mut self.out);
+            self.apply(i as u32, 0);
+        }
+    }
+
     /// Kill process `i` now: it stops handling events; messages to it are lost, and each
     /// sender notices after `detect`.
     pub fn kill(&mut self, i: u32) {
@@ -138,6 +162,29 @@ impl<P: Protocol> TimedWorld<P> {
         let mut t = start + self.cfg.ocp.as_nanos() as u64;
         let actions: Vec<Action<P::Msg>> = self.out.drain().collect();
         for a in actions {
+            match a {
+                Action::SetTimer { timer, after } => {
+                    self.seq += 1;
+                    let generation = self.seq;
+                    self.timers.insert((i, timer), generation);
+                    let at = start + after.as_nanos() as u64;
+                    self.push(
+                        at,
+                        Ev::Timer {
+                            node: i,
+                            timer,
+                            generation,
+                        },
+                    );
+                    continue;
+                }
+                Action::CancelTimer(timer) => {
+                    self.timers.remove(&(i, timer));
+                    continue;
+                }
+                Action::Report(_) => continue,
+                Action::Send { .. } => {}
+            }
             if let Action::Send { to, msg } = a {
                 if to.0 >= self.nodes.len() as u64 {
                     continue;
@@ -166,6 +213,7 @@ impl<P: Protocol> TimedWorld<P> {
         let node = match &ev {
             Ev::Deliver { to, .. } => *to,
             Ev::Suspect { at, .. } => *at,
+            Ev::Timer { node, .. } => *node,
         };
         if !self.alive[node as usize] {
             if let Ev::Deliver { slot, .. } = ev {
@@ -190,6 +238,17 @@ impl<P: Protocol> TimedWorld<P> {
             }
             Ev::Suspect { at, peer } => {
                 self.nodes[at as usize].on_suspect(now, NodeId(peer as u64), &mut self.out);
+            }
+            Ev::Timer {
+                node,
+                timer,
+                generation,
+            } => {
+                if self.timers.get(&(node, timer)) != Some(&generation) {
+                    return Some(None); // re-armed or cancelled since
+                }
+                self.timers.remove(&(node, timer));
+                self.nodes[node as usize].on_timer(now, timer, &mut self.out);
             }
         }
         self.apply(node, start);
