@@ -8,22 +8,24 @@
 //! ## Layers
 //!
 //! ```text
-//!  CLI (weft sim ...)                      your runtime (embedding)
-//!        |                                        |
-//!        v                                        v
-//!   +---------+  drives    +-------------+  drives (engine, to come)
-//!   |   sim   | ---------> |    proto    | <---------
-//!   +---------+            | ring, bmg,  |
-//!                          | overlay     |
-//!                          +-------------+
+//!  CLI (weft sim | ping | ida)                 your runtime (embedding)
+//!        |                                           |
+//!        v                                           v
+//!   +---------+  drives    +--------------+  drives   +-----------------------------+
+//!   |   sim   | ---------> |    proto     | <-------- | engine + wire + transport   |
+//!   +---------+            | ring, bmg,   |           | io_uring / epoll reactors,  |
+//!                          | overlay,     |           | rkyv frames, handshake      |
+//!                          | membership,  |           +-----------------------------+
+//!                          | ping         |
+//!                          +--------------+
 //!                                 |
 //!                                 v
-//!                      topology (pure math: BMG, radix tree, Process Order, 3-D torus)
+//!        topology (BMG, radix tree, Process Order, 3-D torus)    ida (GF(2^8) kernels, Rabin IDA)
 //! ```
 //!
 //! Protocols are sans-IO state machines ([`proto::Protocol`]): events in, actions out, no
 //! sockets, no clock. The simulator ([`sim`]) drives them over millions of simulated processes;
-//! the engine drives the same code over real sockets.
+//! the engine ([`engine`], [`transport`]) drives the same code over real sockets.
 //!
 //! ## Embedding a protocol
 //!
