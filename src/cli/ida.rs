@@ -174,14 +174,13 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             for (m, n) in CONFIGS {
                 let ours = measure(m, n, bytes, mode, kernel, budget)?;
                 let peers = isal_rows(m, n, bytes, mode, budget)?;
-                for (i, r) in ours.iter().enumerate() {
+                for r in &ours {
                     // Pair each of our rows with ISA-L's own dispatch for the same operation.
                     let peer = peers
                         .iter()
                         .filter(|p| p.op == r.op)
                         .find(|p| p.kernel == "isal");
                     print_row(&a, r, copy.gb_per_s, peer.map(|p| p.gb_per_s));
-                    let _ = i;
                 }
                 for p in &peers {
                     if a.json {

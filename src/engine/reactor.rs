@@ -15,7 +15,7 @@ use crate::wire::handshake::{Handshake, Identity, Role};
 use crate::wire::{FrameDecoder, Kind, Msg, WireMsg};
 use crate::NodeId;
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
@@ -126,7 +126,7 @@ impl<P: Protocol> Reactor<P>
 where
     P::Msg: WireMsg,
 {
-    /// A reactor over an already bound listener. `poll` must be the one the caller's [`Waker`]
+    /// A reactor over an already bound listener. `poll` must be the one the caller's [`mio::Waker`]
     /// (token [`WAKER`]) was registered with.
     pub fn new(
         cfg: ReactorConfig,
@@ -603,9 +603,4 @@ where
 /// The io_uring `user_data` of a connection's receive: slot and generation.
 fn user_data(slot: usize, generation: u32) -> u64 {
     slot as u64 | (generation as u64) << 32
-}
-
-/// Wake a reactor blocked in `poll` so it reads its commands.
-pub fn wake(w: &Waker) {
-    let _ = w.wake();
 }

@@ -141,11 +141,6 @@ impl<P: Protocol> World<P> {
         &self.traffic
     }
 
-    /// Whether nothing is in flight (no message queued anywhere).
-    pub fn idle(&self) -> bool {
-        self.in_flight.is_empty() && self.inbox.iter().all(|q| q.is_empty())
-    }
-
     /// Put a message in the channel `from → to` before the run starts (arbitrary initial
     /// configurations hold garbage messages too).
     pub fn inject(&mut self, from: u32, to: u32, msg: P::Msg) {
