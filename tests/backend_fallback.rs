@@ -2,18 +2,9 @@
 //! WEFT_URING_UNAVAILABLE, as a seccomp EPERM or io_uring_disabled would), the automatic choice
 //! says why on stderr and the node works on poll; forcing io_uring then is an error.
 
-use std::process::Command;
+mod common;
 
-fn weft(env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
-    c.args(args)
-        .env_remove("WEFT_BACKEND")
-        .env_remove("WEFT_URING_UNAVAILABLE");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run weft")
-}
+use common::weft_env as weft;
 
 const PING: &[&str] = &[
     "ping", "--sizes", "32", "--iters", "50", "--wait", "block", "--json",

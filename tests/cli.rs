@@ -1,20 +1,8 @@
 //! The `weft` binary end to end: JSON fields, sweep outputs, and clear errors on bad input.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn weft(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(args)
-        .output()
-        .expect("run weft")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("weft-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+use common::{scratch, weft};
 
 #[test]
 fn sim_bmg_json_has_the_documented_fields() {

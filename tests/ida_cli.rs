@@ -1,22 +1,10 @@
 //! `weft ida disperse` / `reconstruct` on real files: delete any n - m pieces, rebuild byte for
 //! byte; corrupt or foreign pieces are refused, never turned into wrong data.
 
+mod common;
+
+use common::{scratch, weft};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn weft(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(args)
-        .output()
-        .expect("run weft")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("weft-ida-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
