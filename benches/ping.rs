@@ -94,10 +94,8 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
 }
 
 fn std_rtts(size: usize, iters: u64) -> Duration {
-    let rows = weft::transport::ping::std_busy_poll(&[size], iters).expect("std ping");
-    // The helper reports one-way percentiles; rebuild a total from the mean one-way time.
-    let r = &rows[0];
-    Duration::from_secs_f64(2.0 * size as f64 / (r.mb_per_s * 1e6) * iters as f64)
+    let rtts = weft::transport::ping::std_busy_poll_rtts(&[size], iters).expect("std ping");
+    Duration::from_nanos(rtts.get(&size).map_or(0, |v| v.iter().sum()))
 }
 
 fn bench(c: &mut Criterion) {

@@ -153,6 +153,15 @@ fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
 /// The peer: the same ping-pong over std `TcpStream`s, non-blocking and busy-polled, each end
 /// pinned like the engine's nodes. An 8-byte length prefix frames each message.
 pub fn std_busy_poll(sizes: &[usize], iters: u64) -> std::io::Result<Vec<PingRow>> {
+    let rtts = std_busy_poll_rtts(sizes, iters)?;
+    Ok(rows_from(&rtts, sizes, "std-busy", "busy"))
+}
+
+/// [`std_busy_poll`]'s raw round-trip times in nanoseconds, per size.
+pub fn std_busy_poll_rtts(
+    sizes: &[usize],
+    iters: u64,
+) -> std::io::Result<HashMap<usize, Vec<u64>>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let max = sizes.iter().copied().max().unwrap_or(0);
@@ -200,5 +209,5 @@ pub fn std_busy_poll(sizes: &[usize], iters: u64) -> std::io::Result<Vec<PingRow
     server
         .join()
         .map_err(|_| std::io::Error::other("peer thread panicked"))??;
-    Ok(rows_from(&rtts, sizes, "std-busy", "busy"))
+    Ok(rtts)
 }
