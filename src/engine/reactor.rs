@@ -120,6 +120,9 @@ pub struct Reactor<P: Protocol> {
     stop: bool,
     uring: Option<UringRecv>,
     generation: u32,
+    /// Scratch lists of `uring_step`: connections that received bytes, receives to re-arm.
+    touched: Vec<usize>,
+    rearm: Vec<usize>,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -169,6 +172,8 @@ where
             stop: false,
             uring,
             generation: 0,
+            touched: Vec::new(),
+            rearm: Vec::new(),
         })
     }
 
@@ -453,9 +458,10 @@ where
             return Ok(false);
         };
         u.poke()?;
-        let mut touched: Vec<usize> = Vec::new();
+        // Reused lists (this runs on every spin of a busy reactor).
+        let mut touched = std::mem::take(&mut self.touched);
+        let mut rearm = std::mem::take(&mut self.rearm);
         let mut failed: Vec<(usize, String)> = Vec::new();
-        let mut rearm: Vec<usize> = Vec::new();
         let conns = &mut self.conns;
         u.drain(|c| {
             let (slot, generation) = (
@@ -483,7 +489,7 @@ where
             }
         });
         let any = !touched.is_empty() || !failed.is_empty();
-        for slot in rearm {
+        for &slot in &rearm {
             if let (Some(u), Some(conn)) = (
                 self.uring.as_mut(),
                 self.conns.get(slot).and_then(|c| c.as_ref()),
@@ -492,12 +498,17 @@ where
                 u.arm(conn.stream.as_raw_fd(), user_data(slot, conn.generation))?;
             }
         }
+        touched.sort_unstable();
         touched.dedup();
-        for slot in touched {
+        for &slot in &touched {
             if let Err(why) = self.frames(slot) {
                 self.close(slot, why);
             }
         }
+        touched.clear();
+        rearm.clear();
+        self.touched = touched;
+        self.rearm = rearm;
         for (slot, why) in failed {
             let _ = self.frames(slot);
             self.close(slot, why);
