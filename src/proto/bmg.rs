@@ -29,8 +29,8 @@
 //! - Rule 1 is enabled only when `Succ` and `Pred` are known, and goes quiet once it has fired
 //!   with the current `Succ` and `Pred` (section 4's quiet nodes).
 
-use super::spontaneous::{Spontaneous, SpontaneousConfig};
-use super::{Outbox, Protocol, Time, TimerId};
+use super::spontaneous::{Rules, SpontaneousConfig, Standalone};
+use super::{Outbox, TimerId};
 use crate::topology;
 use crate::NodeId;
 
@@ -239,49 +239,45 @@ impl Bmg {
 /// Timer of rule 1 when the BMG runs alone.
 pub const BMG_TIMER: TimerId = TimerId(2);
 
-/// Algorithm 2 as a standalone protocol over a ring given as input.
-#[derive(Clone, Debug)]
-pub struct BmgNode {
-    /// The rules and state.
-    pub bmg: Bmg,
-    spont: Spontaneous,
+impl Rules for Bmg {
+    type Msg = BmgMsg;
+    const TIMER: TimerId = BMG_TIMER;
+
+    fn fire(&mut self, out: &mut Outbox<BmgMsg>) {
+        Bmg::fire(self, out);
+    }
+
+    /// Messages only fill fingers; they never change the inputs rule 1 fires with, so they
+    /// never wake a quiet node.
+    fn handle(&mut self, _from: NodeId, msg: BmgMsg, out: &mut Outbox<BmgMsg>) -> bool {
+        Bmg::handle(self, msg, out);
+        false
+    }
+
+    fn settled(&self) -> bool {
+        Bmg::settled(self)
+    }
+
+    fn version(&self) -> u64 {
+        Bmg::version(self)
+    }
 }
 
-impl BmgNode {
+/// Algorithm 2 as a standalone protocol over a ring given as input.
+pub type BmgNode = Standalone<Bmg>;
+
+impl Standalone<Bmg> {
     /// A process of an `n`-process ring with the given neighbors.
-    pub fn new(id: NodeId, n: u32, succ: NodeId, pred: NodeId, cfg: SpontaneousConfig) -> Self {
+    pub fn over_ring(
+        id: NodeId,
+        n: u32,
+        succ: NodeId,
+        pred: NodeId,
+        cfg: SpontaneousConfig,
+    ) -> Self {
         let mut bmg = Bmg::new(id, n);
         bmg.set_ring(Some(succ), Some(pred));
-        Self {
-            bmg,
-            spont: Spontaneous::new(BMG_TIMER, cfg),
-        }
-    }
-}
-
-impl Protocol for BmgNode {
-    type Msg = BmgMsg;
-
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<BmgMsg>) {
-        self.spont.start(out);
-    }
-
-    fn on_message(&mut self, _now: Time, _from: NodeId, msg: BmgMsg, out: &mut Outbox<BmgMsg>) {
-        self.bmg.handle(msg, out);
-    }
-
-    fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<BmgMsg>) {
-        if timer != BMG_TIMER {
-            return;
-        }
-        if self.spont.is_quiet() || !self.bmg.settled() {
-            self.bmg.fire(out);
-        }
-        self.spont.fired(self.bmg.settled(), out);
-    }
-
-    fn state_version(&self) -> u64 {
-        self.bmg.version()
+        Standalone::new(bmg, cfg)
     }
 }
 

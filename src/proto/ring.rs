@@ -24,8 +24,8 @@
 //! - A tree of one process (no parent, no children) is a ring of one: `Succ = Pred = Id`. The
 //!   paper's rules leave both at `⊥` there.
 
-use super::spontaneous::{Spontaneous, SpontaneousConfig};
-use super::{Outbox, Protocol, Time, TimerId};
+use super::spontaneous::{Rules, Standalone};
+use super::{Outbox, TimerId};
 use crate::NodeId;
 
 /// Messages of Algorithm 1.
@@ -201,56 +201,35 @@ impl Ring {
 /// Timer of the ring's spontaneous rules when it runs alone.
 pub const RING_TIMER: TimerId = TimerId(1);
 
-/// Algorithm 1 as a standalone protocol.
-#[derive(Clone, Debug)]
-pub struct RingNode {
-    /// The rules and state.
-    pub ring: Ring,
-    spont: Spontaneous,
-}
-
-impl RingNode {
-    /// A node of the launch tree.
-    pub fn new(ring: Ring, cfg: SpontaneousConfig) -> Self {
-        Self {
-            ring,
-            spont: Spontaneous::new(RING_TIMER, cfg),
-        }
-    }
-}
-
-impl Protocol for RingNode {
+impl Rules for Ring {
     type Msg = RingMsg;
+    const TIMER: TimerId = RING_TIMER;
 
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<RingMsg>) {
-        self.spont.start(out);
+    fn fire(&mut self, out: &mut Outbox<RingMsg>) {
+        Ring::fire(self, out);
     }
 
-    fn on_message(&mut self, _now: Time, from: NodeId, msg: RingMsg, out: &mut Outbox<RingMsg>) {
-        if self.ring.handle(from, msg, out) {
-            self.spont.wake(out);
-        }
+    fn handle(&mut self, from: NodeId, msg: RingMsg, out: &mut Outbox<RingMsg>) -> bool {
+        Ring::handle(self, from, msg, out)
     }
 
-    fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<RingMsg>) {
-        if timer != RING_TIMER {
-            return;
-        }
-        if self.spont.is_quiet() || !self.ring.settled() {
-            self.ring.fire(out);
-        }
-        self.spont.fired(self.ring.settled(), out);
+    fn settled(&self) -> bool {
+        Ring::settled(self)
     }
 
-    fn state_version(&self) -> u64 {
-        self.ring.version()
+    fn version(&self) -> u64 {
+        Ring::version(self)
     }
 }
+
+/// Algorithm 1 as a standalone protocol.
+pub type RingNode = Standalone<Ring>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::Action;
+    use crate::proto::spontaneous::SpontaneousConfig;
+    use crate::proto::{Action, Protocol, Time};
 
     fn n(i: u64) -> NodeId {
         NodeId(i)
@@ -307,8 +286,8 @@ mod tests {
         node.on_start(Time::ZERO, &mut out);
         out.drain().for_each(drop);
         node.on_timer(Time::ZERO, RING_TIMER, &mut out);
-        assert_eq!(node.ring.succ(), Some(n(4)));
-        assert_eq!(node.ring.pred(), Some(n(4)));
-        assert!(node.ring.settled());
+        assert_eq!(node.rules.succ(), Some(n(4)));
+        assert_eq!(node.rules.pred(), Some(n(4)));
+        assert!(node.rules.settled());
     }
 }

@@ -11,7 +11,8 @@
 //! that only someone else's rule would correct, so a quiet node may still re-fire every `refresh`:
 //! the fairness the proofs rely on, at a rate that costs nothing measurable.
 
-use super::{Event, Outbox, TimerId};
+use super::{Event, Outbox, Protocol, Time, TimerId};
+use crate::NodeId;
 use std::time::Duration;
 
 /// How often spontaneous rules fire.
@@ -97,5 +98,70 @@ impl Spontaneous {
             out.report(Event::Woke);
             out.set_timer(self.timer, self.cfg.period);
         }
+    }
+}
+
+/// Guarded rules with one spontaneous rule set, as a protocol runs them: what
+/// [`Standalone`] needs to drive them.
+pub trait Rules {
+    /// Messages of the rules.
+    type Msg;
+    /// The timer of the spontaneous rules.
+    const TIMER: TimerId;
+    /// Fire the spontaneous rules.
+    fn fire(&mut self, out: &mut Outbox<Self::Msg>);
+    /// Run the rule a message triggers; `true` if the output state changed (which wakes a
+    /// quiet node).
+    fn handle(&mut self, from: NodeId, msg: Self::Msg, out: &mut Outbox<Self::Msg>) -> bool;
+    /// Whether the local state looks final.
+    fn settled(&self) -> bool;
+    /// Counter bumped on every change of the outputs.
+    fn version(&self) -> u64;
+}
+
+/// One rule set run alone as a protocol, its spontaneous rules on the [`Spontaneous`] timer.
+#[derive(Clone, Debug)]
+pub struct Standalone<R> {
+    /// The rules and their state.
+    pub rules: R,
+    spont: Spontaneous,
+}
+
+impl<R: Rules> Standalone<R> {
+    /// Run `rules` with the given timing.
+    pub fn new(rules: R, cfg: SpontaneousConfig) -> Self {
+        Self {
+            rules,
+            spont: Spontaneous::new(R::TIMER, cfg),
+        }
+    }
+}
+
+impl<R: Rules> Protocol for Standalone<R> {
+    type Msg = R::Msg;
+
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<R::Msg>) {
+        self.spont.start(out);
+    }
+
+    fn on_message(&mut self, _now: Time, from: NodeId, msg: R::Msg, out: &mut Outbox<R::Msg>) {
+        if self.rules.handle(from, msg, out) {
+            self.spont.wake(out);
+        }
+    }
+
+    fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<R::Msg>) {
+        if timer != R::TIMER {
+            return;
+        }
+        // A quiet node firing is the refresh: the rules fire, settled or not.
+        if self.spont.is_quiet() || !self.rules.settled() {
+            self.rules.fire(out);
+        }
+        self.spont.fired(self.rules.settled(), out);
+    }
+
+    fn state_version(&self) -> u64 {
+        self.rules.version()
     }
 }
