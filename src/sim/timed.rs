@@ -160,8 +160,9 @@ impl<P: Protocol> TimedWorld<P> {
 
     fn apply(&mut self, i: u32, start: u64) {
         let mut t = start + self.cfg.ocp.as_nanos() as u64;
-        let actions: Vec<Action<P::Msg>> = self.out.drain().collect();
-        for a in actions {
+        // The outbox's own storage, not a fresh Vec per event (no protocol runs in this loop).
+        let mut out = std::mem::take(&mut self.out);
+        for a in out.drain() {
             match a {
                 Action::SetTimer { timer, after } => {
                     self.seq += 1;
@@ -203,6 +204,7 @@ impl<P: Protocol> TimedWorld<P> {
                 self.push(arrive, Ev::Deliver { to, from: i, slot });
             }
         }
+        self.out = out;
         self.busy_until[i as usize] = t;
     }
 
