@@ -21,7 +21,7 @@
 //!   `timeout`) and by [`Protocol::on_suspect`] (a lost connection on the engine, a failed send
 //!   in the simulator). Joins (`NewNode`) and recoveries (`NodeAlive`) are not implemented yet.
 
-use super::{Outbox, Protocol, Time, TimerId};
+use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::topology::radix::RadixTree;
 use crate::{NodeId, Rank};
 use std::collections::{BTreeSet, HashMap};
@@ -101,6 +101,8 @@ pub enum MemberEvent {
     Detected {
         /// The suspected process.
         peer: NodeId,
+        /// When (the driver's clock).
+        at: Time,
     },
     /// This process installed a new view.
     ViewChanged {
@@ -108,11 +110,15 @@ pub enum MemberEvent {
         epoch: u64,
         /// Live ids, sorted.
         view: Vec<NodeId>,
+        /// When.
+        at: Time,
     },
     /// At the root: every child acknowledged `epoch`.
     Stabilized {
         /// Epoch.
         epoch: u64,
+        /// When.
+        at: Time,
     },
 }
 
@@ -235,7 +241,8 @@ pub struct Membership {
     tree: IdTree,
     epoch: u64,
     waiting: BTreeSet<NodeId>,
-    events: Vec<MemberEvent>,
+    /// The driver's clock at the current call (events carry it).
+    now: Time,
     version: u64,
     probe_seq: u64,
     /// Probes awaiting an answer: peer → (seq, deadline).
@@ -258,7 +265,7 @@ impl Membership {
             tree,
             epoch: 0,
             waiting: BTreeSet::new(),
-            events: Vec::new(),
+            now: Time::ZERO,
             version: 0,
             probe_seq: 0,
             outstanding: HashMap::new(),
@@ -283,11 +290,6 @@ impl Membership {
     /// Whether this process is waiting for acknowledgments.
     pub fn waiting(&self) -> bool {
         !self.waiting.is_empty()
-    }
-
-    /// Events since the last call.
-    pub fn take_events(&mut self) -> Vec<MemberEvent> {
-        std::mem::take(&mut self.events)
     }
 
     /// The tree of the initial view without the `failed` set (see the module doc).
@@ -328,10 +330,11 @@ impl Membership {
         self.view = view;
         self.tree = tree;
         self.version += 1;
-        self.events.push(MemberEvent::ViewChanged {
+        out.report(Event::Member(MemberEvent::ViewChanged {
             epoch,
             view: self.view.clone(),
-        });
+            at: self.now,
+        }));
         let kids: Vec<NodeId> = self.tree.children(self.me).to_vec();
         let set: Vec<NodeId> = self.failed.iter().copied().collect();
         let root = self.tree.root().unwrap_or(self.me);
@@ -371,9 +374,10 @@ impl Membership {
         }
         match self.tree.parent(self.me) {
             Some(p) => out.send(p, MemberMsg::FailureAck { epoch: self.epoch }),
-            None if self.epoch > 0 => self
-                .events
-                .push(MemberEvent::Stabilized { epoch: self.epoch }),
+            None if self.epoch > 0 => out.report(Event::Member(MemberEvent::Stabilized {
+                epoch: self.epoch,
+                at: self.now,
+            })),
             None => {}
         }
     }
@@ -413,7 +417,7 @@ impl Membership {
             return;
         }
         if self.suspected.insert(peer) {
-            self.events.push(MemberEvent::Detected { peer });
+            out.report(Event::Member(MemberEvent::Detected { peer, at: self.now }));
         }
         self.outstanding.remove(&peer);
         let root = self.tree.root();
@@ -532,23 +536,20 @@ impl Membership {
 impl Protocol for Membership {
     type Msg = MemberMsg;
 
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<MemberMsg>) {
-        if let Some((period, _)) = self.cfg.probe {
-            out.set_timer(PROBE_TIMER, period);
-        }
+    fn on_start(&mut self, now: Time, out: &mut Outbox<MemberMsg>) {
+        self.now = now;
+        // A first round at once: it opens the connections to the tree neighbors, so a
+        // failure is seen (as a lost connection) from the start.
+        self.probe(now, out);
     }
 
-    fn on_message(
-        &mut self,
-        _now: Time,
-        from: NodeId,
-        msg: MemberMsg,
-        out: &mut Outbox<MemberMsg>,
-    ) {
+    fn on_message(&mut self, now: Time, from: NodeId, msg: MemberMsg, out: &mut Outbox<MemberMsg>) {
+        self.now = now;
         self.handle(from, msg, out);
     }
 
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<MemberMsg>) {
+        self.now = now;
         match timer {
             PROBE_TIMER => self.probe(now, out),
             TIMEOUT_TIMER => self.expire(now, out),
@@ -556,7 +557,8 @@ impl Protocol for Membership {
         }
     }
 
-    fn on_suspect(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<MemberMsg>) {
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<MemberMsg>) {
+        self.now = now;
         self.suspect(peer, out);
     }
 

@@ -57,6 +57,8 @@ pub enum Event {
     Woke,
     /// The protocol has finished its work (e.g. all pings done).
     Done,
+    /// Membership news: a detection, a new view, a stabilized tree.
+    Member(membership::MemberEvent),
 }
 
 /// What a protocol asks its driver to do.

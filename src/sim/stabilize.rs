@@ -4,7 +4,8 @@
 
 use super::rng::SimRng;
 use super::timed::{pick, Net, TimedConfig, TimedWorld};
-use crate::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
+use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig, TreeMode};
+use crate::proto::Event;
 use crate::topology::torus::Torus;
 use crate::NodeId;
 use serde::Serialize;
@@ -128,6 +129,34 @@ pub struct StabilizeRun {
     pub seed: u64,
 }
 
+/// The processes that `fail` kills in a job of `n` (ids `0..n`) over the initial `tree`,
+/// drawn with `rng`. Shared by the simulator and the real runs, so both kill alike.
+pub fn victims(tree: &IdTree, n: u32, fail: Fail, rng: &mut SimRng) -> Result<Vec<u32>, String> {
+    let leaves: Vec<u32> = (1..n)
+        .filter(|&i| tree.children(NodeId(i as u64)).is_empty())
+        .collect();
+    let inner: Vec<u32> = (1..n)
+        .filter(|&i| !tree.children(NodeId(i as u64)).is_empty())
+        .collect();
+    let one = |rng: &mut SimRng, v: &[u32]| -> Result<u32, String> {
+        if v.is_empty() {
+            return Err(format!("no process of that kind in a tree of {n}"));
+        }
+        Ok(v[rng.below(v.len() as u64) as usize])
+    };
+    Ok(match fail {
+        Fail::Leaf => vec![one(rng, &leaves)?],
+        Fail::Inner => vec![one(rng, &inner)?],
+        Fail::Root => vec![0],
+        Fail::Multi(k) => pick(rng, n, k.min(n as usize - 1), &[0]),
+        Fail::RootPlus(k) => {
+            let mut v = vec![0];
+            v.extend(pick(rng, n, k.min(n as usize - 2), &[0]));
+            v
+        }
+    })
+}
+
 /// Run one stabilization.
 pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
     if cfg.nodes < 2 {
@@ -170,31 +199,8 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
             detect: Duration::ZERO,
         },
     );
-    // Victims, from the initial tree.
     let mut rng = SimRng::new(cfg.seed);
-    let leaves: Vec<u32> = (1..n)
-        .filter(|&i| tree.children(NodeId(i as u64)).is_empty())
-        .collect();
-    let inner: Vec<u32> = (1..n)
-        .filter(|&i| !tree.children(NodeId(i as u64)).is_empty())
-        .collect();
-    let one = |rng: &mut SimRng, v: &[u32]| -> Result<u32, String> {
-        if v.is_empty() {
-            return Err(format!("no process of that kind in a tree of {n}"));
-        }
-        Ok(v[rng.below(v.len() as u64) as usize])
-    };
-    let victims: Vec<u32> = match cfg.fail {
-        Fail::Leaf => vec![one(&mut rng, &leaves)?],
-        Fail::Inner => vec![one(&mut rng, &inner)?],
-        Fail::Root => vec![0],
-        Fail::Multi(k) => pick(&mut rng, n, k.min(n as usize - 1), &[0]),
-        Fail::RootPlus(k) => {
-            let mut v = vec![0];
-            v.extend(pick(&mut rng, n, k.min(n as usize - 2), &[0]));
-            v
-        }
-    };
+    let victims = victims(&tree, n, cfg.fail, &mut rng)?;
     world.start();
     for &v in &victims {
         world.kill(v);
@@ -223,21 +229,20 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
     let mut last_stable: Option<(u64, u64)> = None; // (epoch, time)
     let mut detected: Option<u64> = None;
     while world.now() <= horizon {
-        let Some(handled) = world.step() else { break };
-        if let Some(i) = handled {
-            let t = world.done_at(i);
-            for e in world.nodes_mut()[i as usize].take_events() {
-                match e {
-                    MemberEvent::Stabilized { epoch }
-                        if last_stable.is_none_or(|(ep, _)| epoch >= ep) =>
-                    {
-                        last_stable = Some((epoch, t));
-                    }
-                    MemberEvent::Detected { .. } => {
-                        detected.get_or_insert(world.now());
-                    }
-                    _ => {}
+        if world.step().is_none() {
+            break;
+        }
+        for (_, t, e) in world.take_reports() {
+            match e {
+                Event::Member(MemberEvent::Stabilized { epoch, .. })
+                    if last_stable.is_none_or(|(ep, _)| epoch >= ep) =>
+                {
+                    last_stable = Some((epoch, t));
                 }
+                Event::Member(MemberEvent::Detected { at, .. }) => {
+                    detected.get_or_insert(at.0);
+                }
+                _ => {}
             }
         }
     }

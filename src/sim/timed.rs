@@ -7,7 +7,7 @@
 //! of c messages leaves `k × send` later).
 
 use super::rng::SimRng;
-use crate::proto::{Action, Outbox, Protocol, Time, TimerId};
+use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::topology::torus::Torus;
 use crate::{NodeId, Rank};
 use std::cmp::Reverse;
@@ -90,6 +90,8 @@ pub struct TimedWorld<P: Protocol> {
     /// Messages sent.
     pub sent: u64,
     out: Outbox<P::Msg>,
+    /// What processes reported: (process, time its handling ended, event).
+    reports: Vec<(u32, u64, Event)>,
 }
 
 impl<P: Protocol> TimedWorld<P> {
@@ -109,6 +111,7 @@ impl<P: Protocol> TimedWorld<P> {
             timers: HashMap::new(),
             sent: 0,
             out: Outbox::new(),
+            reports: Vec::new(),
         }
     }
 
@@ -117,9 +120,9 @@ impl<P: Protocol> TimedWorld<P> {
         &self.nodes
     }
 
-    /// Mutable protocols (to drain their events).
-    pub fn nodes_mut(&mut self) -> &mut [P] {
-        &mut self.nodes
+    /// The events reported since the last call: (process, time its handling ended, event).
+    pub fn take_reports(&mut self) -> Vec<(u32, u64, Event)> {
+        std::mem::take(&mut self.reports)
     }
 
     /// Whether process `i` is alive.
@@ -183,7 +186,11 @@ impl<P: Protocol> TimedWorld<P> {
                     self.timers.remove(&(i, timer));
                     continue;
                 }
-                Action::Report(_) => continue,
+                Action::Report(e) => {
+                    self.reports
+                        .push((i, start + self.cfg.ocp.as_nanos() as u64, e));
+                    continue;
+                }
                 Action::Send { .. } => {}
             }
             if let Action::Send { to, msg } = a {

@@ -67,6 +67,54 @@ pub enum Msg {
         /// `nb_hop`.
         hop: u8,
     },
+    /// Membership: failure-detector probe.
+    HowAreYou {
+        /// Probe number.
+        seq: u64,
+    },
+    /// Membership: answer to `HowAreYou`.
+    IAmFine {
+        /// The probe's number.
+        seq: u64,
+    },
+    /// Membership: detector → root.
+    NodeFailure {
+        /// The failed process.
+        failed: u64,
+    },
+    /// Membership: root → detector.
+    FailureDetAck {
+        /// The failed process.
+        failed: u64,
+    },
+    /// Membership: detector → next live process after a root failure.
+    RootFailure {
+        /// The failed root.
+        failed: u64,
+    },
+    /// Membership: recalculate without `failed`, down the tree.
+    FailedNode {
+        /// Stabilization epoch.
+        epoch: u64,
+        /// Every failed process so far.
+        failed: Vec<u64>,
+        /// The epoch's root.
+        root: u64,
+    },
+    /// Membership: as `FailedNode`, after a root failure.
+    RootDead {
+        /// Stabilization epoch.
+        epoch: u64,
+        /// Every failed process so far.
+        failed: Vec<u64>,
+        /// The new root.
+        root: u64,
+    },
+    /// Membership: my subtree is stable in `epoch`, up the tree.
+    FailureAck {
+        /// Stabilization epoch.
+        epoch: u64,
+    },
 }
 
 impl Msg {
@@ -165,5 +213,134 @@ impl WireMsg for crate::proto::ping::PingMsg {
             }),
             _ => None,
         }
+    }
+}
+
+impl WireMsg for crate::proto::membership::MemberMsg {
+    fn to_wire(self) -> Msg {
+        use crate::proto::membership::MemberMsg as M;
+        let ids = |v: Vec<NodeId>| v.into_iter().map(|i| i.0).collect();
+        match self {
+            M::HowAreYou { seq } => Msg::HowAreYou { seq },
+            M::IAmFine { seq } => Msg::IAmFine { seq },
+            M::NodeFailure { failed } => Msg::NodeFailure { failed: failed.0 },
+            M::FailureDetAck { failed } => Msg::FailureDetAck { failed: failed.0 },
+            M::RootFailure { failed } => Msg::RootFailure { failed: failed.0 },
+            M::FailedNode {
+                epoch,
+                failed,
+                root,
+            } => Msg::FailedNode {
+                epoch,
+                failed: ids(failed),
+                root: root.0,
+            },
+            M::RootDead {
+                epoch,
+                failed,
+                root,
+            } => Msg::RootDead {
+                epoch,
+                failed: ids(failed),
+                root: root.0,
+            },
+            M::FailureAck { epoch } => Msg::FailureAck { epoch },
+        }
+    }
+
+    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+        use crate::proto::membership::MemberMsg as M;
+        let ids = |v: &rkyv::vec::ArchivedVec<rkyv::rend::u64_le>| {
+            v.iter().map(|i| NodeId(i.to_native())).collect()
+        };
+        Some(match m {
+            ArchivedMsg::HowAreYou { seq } => M::HowAreYou {
+                seq: seq.to_native(),
+            },
+            ArchivedMsg::IAmFine { seq } => M::IAmFine {
+                seq: seq.to_native(),
+            },
+            ArchivedMsg::NodeFailure { failed } => M::NodeFailure {
+                failed: NodeId(failed.to_native()),
+            },
+            ArchivedMsg::FailureDetAck { failed } => M::FailureDetAck {
+                failed: NodeId(failed.to_native()),
+            },
+            ArchivedMsg::RootFailure { failed } => M::RootFailure {
+                failed: NodeId(failed.to_native()),
+            },
+            ArchivedMsg::FailedNode {
+                epoch,
+                failed,
+                root,
+            } => M::FailedNode {
+                epoch: epoch.to_native(),
+                failed: ids(failed),
+                root: NodeId(root.to_native()),
+            },
+            ArchivedMsg::RootDead {
+                epoch,
+                failed,
+                root,
+            } => M::RootDead {
+                epoch: epoch.to_native(),
+                failed: ids(failed),
+                root: NodeId(root.to_native()),
+            },
+            ArchivedMsg::FailureAck { epoch } => M::FailureAck {
+                epoch: epoch.to_native(),
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::membership::MemberMsg;
+    use crate::wire::FrameDecoder;
+
+    /// Every membership message survives framing, validation and reading in place.
+    #[test]
+    fn membership_messages_round_trip() {
+        let msgs = vec![
+            MemberMsg::HowAreYou { seq: 7 },
+            MemberMsg::IAmFine { seq: 7 },
+            MemberMsg::NodeFailure { failed: NodeId(3) },
+            MemberMsg::FailureDetAck { failed: NodeId(3) },
+            MemberMsg::RootFailure { failed: NodeId(0) },
+            MemberMsg::FailedNode {
+                epoch: 2,
+                failed: vec![NodeId(3), NodeId(9)],
+                root: NodeId(0),
+            },
+            MemberMsg::RootDead {
+                epoch: 3,
+                failed: vec![NodeId(0)],
+                root: NodeId(1),
+            },
+            MemberMsg::FailureAck { epoch: 3 },
+        ];
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            m.clone().to_wire().write_frame(&mut bytes).unwrap();
+        }
+        let mut dec = FrameDecoder::new(1 << 20);
+        dec.push(&bytes);
+        let mut back = Vec::new();
+        while let Some((_, body)) = dec.next_frame().unwrap() {
+            let archived = Msg::access(&dec.bytes()[body]).unwrap();
+            back.push(MemberMsg::from_wire(archived).unwrap());
+        }
+        assert_eq!(back, msgs);
+        // Another protocol's message is not membership's.
+        let ping = Msg::FConnect { id: 1 };
+        let mut b = Vec::new();
+        ping.write_frame(&mut b).unwrap();
+        let mut dec = FrameDecoder::new(1 << 20);
+        dec.push(&b);
+        let (_, body) = dec.next_frame().unwrap().unwrap();
+        assert!(MemberMsg::from_wire(Msg::access(&dec.bytes()[body]).unwrap()).is_none());
     }
 }
