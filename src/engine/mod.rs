@@ -78,6 +78,9 @@ pub enum EngineError {
     /// The reactor thread panicked.
     #[error("reactor thread panicked")]
     Panicked,
+    /// A setting that cannot work.
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 static FALLBACK_NOTICE: Once = Once::new();

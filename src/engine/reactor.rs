@@ -64,6 +64,11 @@ pub struct ReactorConfig {
     pub max_body: u32,
     /// Receive path: io_uring multishot receive, or epoll readiness + `read`.
     pub backend: Backend,
+    /// Time zero of the protocol's clock. Nodes of one process that share it report times
+    /// that can be compared (a detection on one node, a stabilization on another).
+    pub epoch: Instant,
+    /// io_uring provided buffers: how many (a power of two) and how large.
+    pub recv_buffers: (u16, u32),
 }
 
 struct Conn {
@@ -145,7 +150,13 @@ where
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let uring = match cfg.backend {
             Backend::Uring => {
-                let u = UringRecv::new(256, 256, 16 * 1024)?;
+                let (count, size) = cfg.recv_buffers;
+                if !count.is_power_of_two() || size == 0 {
+                    return Err(EngineError::Config(format!(
+                        "{count} receive buffers of {size} bytes: need a power of two of non-empty buffers"
+                    )));
+                }
+                let u = UringRecv::new(256, count, size)?;
                 poll.registry().register(
                     &mut mio::unix::SourceFd(&u.fd()),
                     RING,
@@ -155,6 +166,7 @@ where
             }
             Backend::Poll => None,
         };
+        let epoch = cfg.epoch;
         Ok(Self {
             cfg,
             poll,
@@ -164,7 +176,7 @@ where
             proto,
             outbox: Outbox::new(),
             timers: Timers::default(),
-            epoch: Instant::now(),
+            epoch,
             commands,
             events,
             scratch: vec![0u8; 256 * 1024],

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod ping;
+pub mod stabilize;
 
 use crate::engine::reactor::{Command, NodeEvent, Reactor, ReactorConfig, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
@@ -26,6 +27,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Bind a listening socket with the options weft wants (SO_REUSEADDR, big buffers).
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, EngineError> {
@@ -67,6 +69,13 @@ impl<P> NodeHandle<P> {
         }
     }
 
+    /// Ask the node to stop without waiting for it (several nodes killed "at once"); a later
+    /// [`NodeHandle::stop`] or drop waits.
+    pub fn kill(&self) {
+        let _ = self.commands.send(Command::Stop);
+        let _ = self.waker.wake();
+    }
+
     /// Tell the node about a peer.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
         let _ = self.commands.send(Command::AddPeer(id, addr));
@@ -99,6 +108,12 @@ pub struct NodeOptions {
     pub pin: bool,
     /// Largest frame body accepted.
     pub max_body: u32,
+    /// Time zero of the protocols' clocks (`None`: each node's start; a [`Cluster`] gives all
+    /// its nodes one, so their reported times compare).
+    pub epoch: Option<Instant>,
+    /// io_uring receive buffers per node: count (a power of two) and size. Many small nodes
+    /// in one process want few small ones.
+    pub recv_buffers: (u16, u32),
 }
 
 impl Default for NodeOptions {
@@ -110,6 +125,8 @@ impl Default for NodeOptions {
             backend: None,
             pin: true,
             max_body: DEFAULT_MAX_BODY,
+            epoch: None,
+            recv_buffers: (256, 16 * 1024),
         }
     }
 }
@@ -162,6 +179,8 @@ where
         wait: opts.wait,
         max_body: opts.max_body,
         backend,
+        epoch: opts.epoch.unwrap_or_else(Instant::now),
+        recv_buffers: opts.recv_buffers,
     };
     let thread = std::thread::Builder::new()
         .name(format!("weft-{id}"))
@@ -186,6 +205,8 @@ pub struct Cluster<P> {
     pub nodes: Vec<NodeHandle<P>>,
     /// Every node's events.
     pub events: Receiver<(NodeId, NodeEvent)>,
+    /// Time zero of every node's protocol clock.
+    pub epoch: Instant,
 }
 
 impl<P> Cluster<P>
@@ -199,6 +220,8 @@ where
         opts: NodeOptions,
         mut make: impl FnMut(usize, &[NodeId]) -> P,
     ) -> Result<Self, EngineError> {
+        let mut opts = opts;
+        let epoch = *opts.epoch.get_or_insert_with(Instant::now);
         let key = match &opts.key {
             Some(k) => k.clone(),
             None => JobKey::generate()
@@ -229,6 +252,10 @@ where
             };
             nodes.push(spawn(spec, &opts, make(i, &ids), tx.clone())?);
         }
-        Ok(Self { nodes, events: rx })
+        Ok(Self {
+            nodes,
+            events: rx,
+            epoch,
+        })
     }
 }
