@@ -56,6 +56,7 @@ pub mod engine;
 mod id;
 pub mod ida;
 pub mod metrics;
+pub mod model;
 pub mod plot;
 pub mod proto;
 pub mod sim;

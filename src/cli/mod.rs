@@ -1,6 +1,7 @@
 //! The `weft` command line: argument types and one module per subcommand. Subcommands parse,
 //! call the library and print; no protocol or measurement logic lives here.
 
+pub mod bench_stabilize;
 pub mod ida;
 pub mod ping;
 pub mod sim_bmg;
@@ -20,6 +21,9 @@ pub struct Cli {
 /// Top-level subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Measure protocols on real sockets.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Run protocols in the deterministic simulator.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -28,6 +32,13 @@ pub enum Command {
     /// Rabin's information dispersal: robust storage of files as pieces.
     #[command(subcommand)]
     Ida(ida::IdaCommand),
+}
+
+/// `weft bench ...`
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Radix-tree membership: Ts after a real failure on in-process nodes (the main job).
+    Stabilize(bench_stabilize::BenchStabilizeArgs),
 }
 
 /// `weft sim ...`
@@ -42,6 +53,7 @@ pub enum SimCommand {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
         Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
         Command::Ida(cmd) => ida::run(cmd),

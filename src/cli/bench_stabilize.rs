@@ -1,0 +1,136 @@
+//! `weft bench stabilize`: the main job. Real membership nodes on loopback, a node killed for
+//! real, Ts measured from detection to the root's stabilization, over repeated trials.
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::time::Duration;
+use weft::engine::{Backend, WaitMode};
+use weft::proto::membership::TreeMode;
+use weft::sim::rng::SimRng;
+use weft::sim::stabilize::Fail;
+use weft::transport::stabilize::{run as run_bench, BenchConfig, BenchReport};
+use weft::transport::NodeOptions;
+
+/// Arguments of `weft bench stabilize`.
+#[derive(Args, Debug)]
+pub struct BenchStabilizeArgs {
+    /// In-process nodes (each its own reactor thread, spread over the cores).
+    #[arg(long, default_value_t = 64)]
+    nodes: u32,
+    /// Several sizes in one run (overrides --nodes), e.g. 16,64,256.
+    #[arg(long, value_delimiter = ',')]
+    nodes_list: Vec<u32>,
+    /// Children per node (a power of two).
+    #[arg(long, default_value_t = 4)]
+    radix: u32,
+    /// Paper's local patching, or recompute the balanced tree.
+    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
+    mode: TreeMode,
+    /// leaf, inner, root, multi:K or root+K.
+    #[arg(long, default_value = "inner")]
+    fail: Fail,
+    /// Trials (each a fresh job).
+    #[arg(long, default_value_t = 40)]
+    repeat: u32,
+    /// I/O backend (default: automatic, or WEFT_BACKEND).
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// How reactors wait. Many nodes share two cores here, so blocking is the default.
+    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
+    wait: WaitMode,
+    /// Seed of the victims' choice (printed when chosen at random).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Longest wait for one phase of a trial, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    timeout_s: f64,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `weft bench stabilize`.
+pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.timeout_s.is_finite() && a.timeout_s > 0.0,
+        "--timeout-s must be a positive number"
+    );
+    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    let sizes = if a.nodes_list.is_empty() {
+        vec![a.nodes]
+    } else {
+        a.nodes_list.clone()
+    };
+    if !a.json {
+        println!(
+            "weft bench stabilize: in-process nodes on 127.0.0.1, radix {}, {:?} tree, fail {}, {} trials, seed {seed}",
+            a.radix, a.mode, a.fail, a.repeat
+        );
+        println!("Ts = first detection of the failure -> the root has every ack of the new view");
+        println!(
+            "{:>6} {:>3} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>6}",
+            "nodes",
+            "H",
+            "backend",
+            "wait",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "max µs",
+            "mean ± 99% CI",
+            "detect µs",
+            "agree"
+        );
+    }
+    let mut reports: Vec<BenchReport> = Vec::new();
+    for n in sizes {
+        let cfg = BenchConfig {
+            nodes: n,
+            radix: a.radix,
+            mode: a.mode,
+            fail: a.fail,
+            seed,
+            opts: NodeOptions {
+                wait: a.wait,
+                backend: a.backend,
+                // Membership messages are small: a few small receive buffers per node keep
+                // a thousand nodes' io_uring memory modest.
+                recv_buffers: (32, 4096),
+                ..NodeOptions::default()
+            },
+            timeout: Duration::from_secs_f64(a.timeout_s),
+        };
+        let bar = ProgressBar::new(a.repeat as u64).with_style(
+            ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_prefix(format!("{n} nodes"));
+        let r = run_bench(&cfg, a.repeat, |_, _| bar.inc(1))?;
+        bar.finish_and_clear();
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10.1} {:>6}",
+                r.nodes,
+                r.height,
+                r.backend,
+                r.wait,
+                r.ts_p50_us,
+                r.ts_p90_us,
+                r.ts_p99_us,
+                r.ts_max_us,
+                r.ts_mean_us,
+                r.ci99_us,
+                r.detect_p50_us,
+                r.views_agree
+            );
+        }
+        anyhow::ensure!(
+            r.views_agree,
+            "{n} nodes: survivors did not agree on one view"
+        );
+        reports.push(r);
+    }
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! The stabilization benchmark on real sockets (ICS'06 section 6, the main job): N membership
+//! nodes on loopback, some killed for real (reactor stopped, sockets closed), and Ts measured
+//! from the first detection to the root's stabilization of the final view.
+//!
+//! Every node of a trial runs in this process on the engine, with one clock (the cluster's
+//! epoch), so a detection on one node and a stabilization on another compare directly.
+//! Detection is the engine's: the failed node's tree neighbors hold connections to it (opened
+//! by the first `HowAreYou` round, which the trial waits for) and see them close.
+
+use super::{Cluster, NodeHandle, NodeOptions};
+use crate::engine::reactor::NodeEvent;
+use crate::engine::EngineError;
+use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig, TreeMode};
+use crate::proto::{Event, Time};
+use crate::sim::rng::SimRng;
+use crate::sim::stabilize::{victims, Fail};
+use crate::NodeId;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Why a trial could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The settings cannot be run.
+    #[error("{0}")]
+    Config(String),
+    /// Something did not happen in time.
+    #[error("timed out after {0:?}: {1}")]
+    Timeout(Duration, String),
+}
+
+/// One benchmark's settings.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Nodes.
+    pub nodes: u32,
+    /// Children per node.
+    pub radix: u32,
+    /// Patch or rebalance.
+    pub mode: TreeMode,
+    /// Which nodes are killed.
+    pub fail: Fail,
+    /// Seed of the victims' choice (trial `r` uses `seed + r`).
+    pub seed: u64,
+    /// Engine settings (backend, wait mode, ...).
+    pub opts: NodeOptions,
+    /// Longest wait for any phase of a trial.
+    pub timeout: Duration,
+}
+
+/// One trial's measures.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    /// The nodes killed.
+    pub victims: Vec<NodeId>,
+    /// First detection to the root's stabilization of the final view.
+    pub ts: Duration,
+    /// Kill to the first detection (the engine's failure detector).
+    pub detect: Duration,
+    /// Epochs until the final view.
+    pub epochs: u64,
+    /// Every survivor ended with the same view, exactly the survivors.
+    pub views_agree: bool,
+}
+
+/// Membership for one node of a benchmark job: probes once at start (to open the tree's
+/// connections) and then only after a long period, so probes do not mix into the measure.
+pub fn member(me: NodeId, ids: &[NodeId], radix: u32, mode: TreeMode) -> Membership {
+    let quiet = Duration::from_secs(3600);
+    Membership::new(
+        me,
+        ids.to_vec(),
+        MembershipConfig {
+            radix,
+            mode,
+            probe: Some((quiet, quiet)),
+        },
+    )
+}
+
+/// Run one trial: start the job, wait until every tree edge is connected, kill, measure.
+pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+    let n = cfg.nodes;
+    if n < 2 {
+        return Err(BenchError::Config("need at least 2 nodes".into()));
+    }
+    if cfg.radix < 2 || !cfg.radix.is_power_of_two() {
+        return Err(BenchError::Config(format!(
+            "radix {} is not a power of two >= 2",
+            cfg.radix
+        )));
+    }
+    let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+    let tree = IdTree::radix(&ids, cfg.radix);
+    let mut rng = SimRng::new(cfg.seed.wrapping_add(rep as u64));
+    let victims: Vec<NodeId> = victims(&tree, n, cfg.fail, &mut rng)
+        .map_err(BenchError::Config)?
+        .into_iter()
+        .map(|v| NodeId(v as u64))
+        .collect();
+    let cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
+        member(ids[i], ids, cfg.radix, cfg.mode)
+    })?;
+    let Cluster {
+        nodes,
+        events,
+        epoch,
+    } = cluster;
+    let mut nodes: Vec<Option<NodeHandle<Membership>>> = nodes.into_iter().map(Some).collect();
+
+    // Ready when both ends of every tree edge authenticated each other.
+    let mut missing: HashSet<(NodeId, NodeId)> = HashSet::new();
+    for &id in &ids {
+        for &c in tree.children(id) {
+            missing.insert((id, c));
+            missing.insert((c, id));
+        }
+    }
+    let deadline = Instant::now() + cfg.timeout;
+    while !missing.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok((who, NodeEvent::Authenticated(peer))) => {
+                missing.remove(&(who, peer));
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(BenchError::Timeout(
+                    cfg.timeout,
+                    format!("{} tree connections still missing", missing.len()),
+                ))
+            }
+        }
+    }
+
+    // Kill every victim at once, then wait for their threads.
+    let killed_at = Time(epoch.elapsed().as_nanos() as u64);
+    for v in &victims {
+        if let Some(h) = &nodes[v.0 as usize] {
+            h.kill();
+        }
+    }
+    for v in &victims {
+        if let Some(h) = nodes[v.0 as usize].take() {
+            h.stop()?;
+        }
+    }
+    let dead: HashSet<NodeId> = victims.iter().copied().collect();
+    let survivors: Vec<NodeId> = ids.iter().copied().filter(|i| !dead.contains(i)).collect();
+
+    // Until a root reports the stabilization of an epoch whose view is exactly the survivors.
+    let mut detected: Option<Time> = None;
+    let mut last_view: HashMap<NodeId, (u64, Vec<NodeId>)> = HashMap::new();
+    let deadline = Instant::now() + cfg.timeout;
+    let (stable_epoch, stable_at) = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok((who, e)) = events.recv_timeout(left) else {
+            return Err(BenchError::Timeout(
+                cfg.timeout,
+                format!("no stabilization after killing {victims:?}"),
+            ));
+        };
+        let NodeEvent::Protocol(Event::Member(e)) = e else {
+            continue;
+        };
+        match e {
+            MemberEvent::Detected { at, .. } => {
+                detected = Some(detected.map_or(at, |d| d.min(at)));
+            }
+            MemberEvent::ViewChanged { epoch, view, .. } => {
+                last_view.insert(who, (epoch, view));
+            }
+            MemberEvent::Stabilized { epoch, at } => {
+                if last_view
+                    .get(&who)
+                    .is_some_and(|(e, v)| *e == epoch && *v == survivors)
+                {
+                    break (epoch, at);
+                }
+            }
+        }
+    };
+
+    // The root's ack implies every survivor installed the epoch, and each one's `ViewChanged`
+    // left it before its ack did, so all of them are in `last_view` by now.
+    let views_agree = survivors.iter().all(|s| {
+        last_view
+            .get(s)
+            .is_some_and(|(e, v)| *e == stable_epoch && *v == survivors)
+    });
+    // Stop everyone at once, so no survivor reacts to the others leaving one by one.
+    for h in nodes.iter().flatten() {
+        h.kill();
+    }
+    drop(nodes);
+    let detected = detected.unwrap_or(stable_at);
+    Ok(Trial {
+        victims,
+        ts: stable_at.since(detected),
+        detect: detected.since(killed_at),
+        epochs: stable_epoch,
+        views_agree,
+    })
+}
+
+/// A benchmark's figures (a JSON line of `weft bench stabilize --json`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    /// Nodes.
+    pub nodes: u32,
+    /// Radix.
+    pub radix: u32,
+    /// Tree mode.
+    pub mode: TreeMode,
+    /// Failure case.
+    pub fail: String,
+    /// Engine backend.
+    pub backend: String,
+    /// Reactor wait mode.
+    pub wait: String,
+    /// Trials.
+    pub repeat: u32,
+    /// Height H of the initial tree.
+    pub height: u32,
+    /// Ts median, µs.
+    pub ts_p50_us: f64,
+    /// Ts 90th percentile, µs.
+    pub ts_p90_us: f64,
+    /// Ts 99th percentile, µs.
+    pub ts_p99_us: f64,
+    /// Largest Ts, µs.
+    pub ts_max_us: f64,
+    /// Mean Ts, µs.
+    pub ts_mean_us: f64,
+    /// Half-width of the 99% confidence interval of the mean, µs (0 with one trial).
+    pub ci99_us: f64,
+    /// Kill to first detection, median, µs.
+    pub detect_p50_us: f64,
+    /// Most epochs any trial needed.
+    pub epochs_max: u64,
+    /// Every trial ended with all survivors on the same view, exactly the survivors.
+    pub views_agree: bool,
+    /// Seed of the victims' choice.
+    pub seed: u64,
+}
+
+/// Run `repeat` trials; `each` sees every trial as it ends (progress, raw samples).
+pub fn run(
+    cfg: &BenchConfig,
+    repeat: u32,
+    mut each: impl FnMut(u32, &Trial),
+) -> Result<BenchReport, BenchError> {
+    if repeat == 0 {
+        return Err(BenchError::Config("--repeat must be at least 1".into()));
+    }
+    let backend = crate::engine::choose_backend(cfg.opts.backend)?;
+    let mut cfg = cfg.clone();
+    cfg.opts.backend = Some(backend);
+    let mut ts = crate::metrics::histogram();
+    let mut detect = crate::metrics::histogram();
+    let mut samples = Vec::with_capacity(repeat as usize);
+    let (mut epochs_max, mut views_agree) = (0, true);
+    for rep in 0..repeat {
+        let t = trial(&cfg, rep)?;
+        let ns = |d: Duration| (d.as_nanos() as u64).max(1);
+        // Both histograms span 1 ns to 100 s; anything longer already timed out.
+        let _ = ts.record(ns(t.ts));
+        let _ = detect.record(ns(t.detect));
+        samples.push(t.ts.as_secs_f64() * 1e6);
+        epochs_max = epochs_max.max(t.epochs);
+        views_agree &= t.views_agree;
+        each(rep, &t);
+    }
+    let s = crate::metrics::summarize(&ts);
+    let ids: Vec<NodeId> = (0..cfg.nodes as u64).map(NodeId).collect();
+    Ok(BenchReport {
+        nodes: cfg.nodes,
+        radix: cfg.radix,
+        mode: cfg.mode,
+        fail: cfg.fail.to_string(),
+        backend: backend.to_string(),
+        wait: cfg.opts.wait.to_string(),
+        repeat,
+        height: IdTree::radix(&ids, cfg.radix).height(),
+        ts_p50_us: s.p50_us,
+        ts_p90_us: s.p90_us,
+        ts_p99_us: s.p99_us,
+        ts_max_us: s.max_us,
+        ts_mean_us: s.mean_us,
+        ci99_us: crate::model::ci::mean_ci99(&samples).map_or(0.0, |(_, h)| h),
+        detect_p50_us: crate::metrics::summarize(&detect).p50_us,
+        epochs_max,
+        views_agree,
+        seed: cfg.seed,
+    })
+}
