@@ -116,7 +116,7 @@ fn overlay_builds_the_bmg_on_real_sockets_on(backend: Backend) {
             == n
     });
     std::thread::sleep(Duration::from_millis(300)); // let the last BMG levels land
-    let finals: Vec<Overlay> = c.nodes.into_iter().map(|h| h.stop().unwrap()).collect();
+    let finals: Vec<Overlay> = c.nodes.into_iter().map(|mut h| h.stop().unwrap()).collect();
     let order = tree.preorder();
     let mut pos = vec![0u32; n];
     for (i, &p) in order.iter().enumerate() {
@@ -168,7 +168,7 @@ fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
             .any(|(_, e)| matches!(e, NodeEvent::Authenticated(_)))
     });
     std::thread::sleep(Duration::from_millis(100));
-    let ponger = nodes.pop().unwrap();
+    let mut ponger = nodes.pop().unwrap();
     ponger.stop().unwrap();
     let seen = collect(&c.events, 5, |s| {
         s.iter()

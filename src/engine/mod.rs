@@ -78,6 +78,9 @@ pub enum EngineError {
     /// The reactor thread panicked.
     #[error("reactor thread panicked")]
     Panicked,
+    /// The node's reactor stopped before handing the node back (it failed; see its error).
+    #[error("the node's reactor is gone")]
+    Gone,
     /// A setting that cannot work.
     #[error("configuration: {0}")]
     Config(String),

@@ -1,4 +1,7 @@
-//! One node's reactor on the `poll` backend: accept, connect, handshake, frame, deliver, time.
+//! A reactor: one thread that hosts one or many nodes (thread per core, not per node) and does
+//! their I/O: accept, connect, handshake, frame, deliver, time. Every hosted node keeps its own
+//! listener, connections, peers and protocol, so killing one closes exactly its sockets; nodes
+//! of one reactor talk to each other over real loopback connections like any other peers.
 //!
 //! A node sends to a peer on one connection, its *route*, kept until that connection closes: the
 //! one it dialed, or the one the peer dialed and authenticated first. Answers thus usually ride
@@ -10,7 +13,7 @@
 use super::timers::Timers;
 use super::uring::UringRecv;
 use super::{Backend, EngineError, WaitMode, SPIN};
-use crate::proto::{Action, Event, Outbox, Protocol, Time};
+use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::{Handshake, Identity, Role};
 use crate::wire::{FrameDecoder, Kind, Msg, WireMsg};
 use crate::NodeId;
@@ -22,20 +25,31 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
-const LISTENER: Token = Token(0);
 /// The token of the waker that interrupts a blocked poll for commands.
-pub const WAKER: Token = Token(1);
+pub const WAKER: Token = Token(0);
 /// The io_uring ring's fd, readable when completions wait (lets a blocked reactor wake).
-const RING: Token = Token(2);
-const FIRST_CONN: usize = 3;
+const RING: Token = Token(1);
+const FIRST_CONN: usize = 2;
+/// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
+const LISTENERS: usize = 1 << 40;
 
 /// Orders from outside the reactor.
 #[derive(Debug)]
 pub enum Command {
-    /// Close every socket and return.
+    /// Close every socket and return, handing every node's protocol back.
     Stop,
-    /// Learn (or change) a peer's address.
-    AddPeer(NodeId, SocketAddr),
+    /// Kill one hosted node: close its listener and connections (its peers see them drop, as
+    /// when a process dies) and hand its protocol back.
+    StopNode(NodeId),
+    /// Teach hosted node `node` a peer's address.
+    AddPeer {
+        /// The hosted node.
+        node: NodeId,
+        /// The peer.
+        peer: NodeId,
+        /// Where the peer listens.
+        addr: SocketAddr,
+    },
 }
 
 /// What a reactor tells the outside world.
@@ -54,10 +68,6 @@ pub enum NodeEvent {
 /// Static settings of one reactor.
 #[derive(Debug, Clone)]
 pub struct ReactorConfig {
-    /// Who this node is in the job.
-    pub identity: Identity,
-    /// Known peers (the knowledge-network model: a node sends only to ids it knows).
-    pub peers: HashMap<NodeId, SocketAddr>,
     /// How to wait.
     pub wait: WaitMode,
     /// Largest frame body accepted.
@@ -71,7 +81,34 @@ pub struct ReactorConfig {
     pub recv_buffers: (u16, u32),
 }
 
+/// A node to host.
+pub struct HostSpec<P> {
+    /// Who the node is in the job.
+    pub identity: Identity,
+    /// Known peers (the knowledge-network model: a node sends only to ids it knows).
+    pub peers: HashMap<NodeId, SocketAddr>,
+    /// Its bound listener.
+    pub listener: std::net::TcpListener,
+    /// Its protocol.
+    pub proto: P,
+    /// Where its protocol goes when the node stops.
+    pub retire: Sender<P>,
+}
+
+/// A hosted node.
+struct Host<P> {
+    identity: Identity,
+    peers: HashMap<NodeId, SocketAddr>,
+    listener: TcpListener,
+    /// The connection each peer's messages are sent on.
+    route: HashMap<NodeId, usize>,
+    proto: P,
+    retire: Sender<P>,
+}
+
 struct Conn {
+    /// The hosted node this connection belongs to.
+    host: usize,
     /// Distinguishes this connection from earlier ones in the same slot (io_uring completions
     /// of a closed connection can arrive after its slot was reused).
     generation: u32,
@@ -106,22 +143,21 @@ impl Conn {
     }
 }
 
-/// One node's event loop.
+/// The event loop of one thread and the nodes it hosts.
 pub struct Reactor<P: Protocol> {
     cfg: ReactorConfig,
     poll: Poll,
-    listener: TcpListener,
+    hosts: Vec<Option<Host<P>>>,
+    by_id: HashMap<NodeId, usize>,
     conns: Vec<Option<Conn>>,
-    /// The connection each peer's messages are sent on.
-    route: HashMap<NodeId, usize>,
-    proto: P,
     outbox: Outbox<P::Msg>,
-    timers: Timers,
+    timers: Timers<(usize, TimerId)>,
     epoch: Instant,
     commands: Receiver<Command>,
     events: Sender<(NodeId, NodeEvent)>,
     scratch: Vec<u8>,
-    inbox: Vec<(NodeId, P::Msg)>,
+    /// Received messages: (hosted node, sender, message).
+    inbox: Vec<(usize, NodeId, P::Msg)>,
     stop: bool,
     uring: Option<UringRecv>,
     generation: u32,
@@ -134,20 +170,32 @@ impl<P: Protocol> Reactor<P>
 where
     P::Msg: WireMsg,
 {
-    /// A reactor over an already bound listener. `poll` must be the one the caller's [`mio::Waker`]
-    /// (token [`WAKER`]) was registered with.
+    /// A reactor hosting `hosts`. `poll` must be the one the caller's [`mio::Waker`] (token
+    /// [`WAKER`]) was registered with.
     pub fn new(
         cfg: ReactorConfig,
         poll: Poll,
-        listener: std::net::TcpListener,
-        proto: P,
+        hosts: Vec<HostSpec<P>>,
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
     ) -> Result<Self, EngineError> {
-        listener.set_nonblocking(true)?;
-        let mut listener = TcpListener::from_std(listener);
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let mut hosted = Vec::with_capacity(hosts.len());
+        let mut by_id = HashMap::new();
+        for (h, spec) in hosts.into_iter().enumerate() {
+            spec.listener.set_nonblocking(true)?;
+            let mut listener = TcpListener::from_std(spec.listener);
+            poll.registry()
+                .register(&mut listener, Token(LISTENERS + h), Interest::READABLE)?;
+            by_id.insert(spec.identity.node_id, h);
+            hosted.push(Some(Host {
+                identity: spec.identity,
+                peers: spec.peers,
+                listener,
+                route: HashMap::new(),
+                proto: spec.proto,
+                retire: spec.retire,
+            }));
+        }
         let uring = match cfg.backend {
             Backend::Uring => {
                 let (count, size) = cfg.recv_buffers;
@@ -170,10 +218,9 @@ where
         Ok(Self {
             cfg,
             poll,
-            listener,
+            hosts: hosted,
+            by_id,
             conns: Vec::new(),
-            route: HashMap::new(),
-            proto,
             outbox: Outbox::new(),
             timers: Timers::default(),
             epoch,
@@ -193,19 +240,29 @@ where
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    fn me(&self) -> NodeId {
-        self.cfg.identity.node_id
+    /// The id of hosted node `h` (stopped nodes have none).
+    fn id_of(&self, h: usize) -> Option<NodeId> {
+        self.hosts
+            .get(h)
+            .and_then(|x| x.as_ref())
+            .map(|x| x.identity.node_id)
     }
 
-    fn emit(&self, e: NodeEvent) {
-        let _ = self.events.send((self.me(), e));
+    fn emit(&self, h: usize, e: NodeEvent) {
+        if let Some(id) = self.id_of(h) {
+            let _ = self.events.send((id, e));
+        }
     }
 
-    /// Run until [`Command::Stop`]; returns the protocol with its final state.
-    pub fn run(mut self) -> Result<P, EngineError> {
+    /// Run until [`Command::Stop`]; every node's protocol goes back through its `retire`.
+    pub fn run(mut self) -> Result<(), EngineError> {
         let now = self.now();
-        self.proto.on_start(now, &mut self.outbox);
-        self.apply_outbox()?;
+        for h in 0..self.hosts.len() {
+            if let Some(host) = self.hosts[h].as_mut() {
+                host.proto.on_start(now, &mut self.outbox);
+            }
+            self.apply_outbox(h)?;
+        }
         let mut events = Events::with_capacity(256);
         let mut last_activity = Instant::now();
         let mut spins: u32 = 0;
@@ -242,9 +299,9 @@ where
             }
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept()?,
                     WAKER => self.commands()?,
                     RING => {}
+                    Token(t) if t >= LISTENERS => self.accept(t - LISTENERS)?,
                     Token(t) => self.service(
                         t - FIRST_CONN,
                         ev.is_readable(),
@@ -255,26 +312,60 @@ where
             self.deliver()?;
             if self.timers.has_pending() {
                 let now = self.now();
-                while let Some(t) = self.timers.pop_due(now) {
-                    self.proto.on_timer(now, t, &mut self.outbox);
-                    self.apply_outbox()?;
+                while let Some((h, t)) = self.timers.pop_due(now) {
+                    if let Some(host) = self.hosts[h].as_mut() {
+                        host.proto.on_timer(now, t, &mut self.outbox);
+                    }
+                    self.apply_outbox(h)?;
                     last_activity = Instant::now();
                 }
             }
         }
-        Ok(self.proto)
+        for h in 0..self.hosts.len() {
+            self.stop_node(h);
+        }
+        Ok(())
     }
 
     fn commands(&mut self) -> Result<(), EngineError> {
         while let Ok(c) = self.commands.try_recv() {
             match c {
                 Command::Stop => self.stop = true,
-                Command::AddPeer(id, addr) => {
-                    self.cfg.peers.insert(id, addr);
+                Command::StopNode(id) => {
+                    if let Some(&h) = self.by_id.get(&id) {
+                        self.stop_node(h);
+                    }
+                }
+                Command::AddPeer { node, peer, addr } => {
+                    if let Some(host) = self.by_id.get(&node).and_then(|&h| self.hosts[h].as_mut())
+                    {
+                        host.peers.insert(peer, addr);
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Kill hosted node `h`: its listener and connections close, its timers and undelivered
+    /// messages go, and its protocol is handed back.
+    fn stop_node(&mut self, h: usize) {
+        let Some(mut host) = self.hosts.get_mut(h).and_then(|x| x.take()) else {
+            return;
+        };
+        self.by_id.remove(&host.identity.node_id);
+        let _ = self.poll.registry().deregister(&mut host.listener);
+        for slot in self.conns.iter_mut() {
+            if slot.as_ref().is_some_and(|c| c.host == h) {
+                if let Some(mut conn) = slot.take() {
+                    let _ = self.poll.registry().deregister(&mut conn.stream);
+                    let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+                }
+            }
+        }
+        self.timers.cancel_where(|&(x, _)| x == h);
+        self.inbox.retain(|&(x, _, _)| x != h);
+        let _ = host.retire.send(host.proto);
     }
 
     fn insert(&mut self, conn: Conn) -> Result<usize, EngineError> {
@@ -305,23 +396,29 @@ where
         Ok(slot)
     }
 
-    /// Start the handshake on a new connection and register it; `None` if it cannot start.
+    /// Start hosted node `h`'s handshake on a new connection and register it; `None` if it
+    /// cannot start.
     fn open(
         &mut self,
+        h: usize,
         stream: TcpStream,
         role: Role,
         dialed: Option<NodeId>,
     ) -> Result<Option<usize>, EngineError> {
+        let Some(identity) = self.hosts[h].as_ref().map(|x| x.identity.clone()) else {
+            return Ok(None);
+        };
         stream.set_nodelay(true)?;
         let mut out = Vec::new();
-        let handshake = match Handshake::start(role, self.cfg.identity.clone(), dialed, &mut out) {
-            Ok(h) => h,
+        let handshake = match Handshake::start(role, identity, dialed, &mut out) {
+            Ok(hs) => hs,
             Err(e) => {
-                self.emit(NodeEvent::Refused(e.to_string()));
+                self.emit(h, NodeEvent::Refused(e.to_string()));
                 return Ok(None);
             }
         };
         let slot = self.insert(Conn {
+            host: h,
             generation: 0,
             stream,
             decoder: FrameDecoder::new(self.cfg.max_body),
@@ -335,11 +432,14 @@ where
         Ok(Some(slot))
     }
 
-    fn accept(&mut self) -> Result<(), EngineError> {
+    fn accept(&mut self, h: usize) -> Result<(), EngineError> {
         loop {
-            match self.listener.accept() {
+            let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
+                return Ok(());
+            };
+            match host.listener.accept() {
                 Ok((stream, _)) => {
-                    self.open(stream, Role::Responder, None)?;
+                    self.open(h, stream, Role::Responder, None)?;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -348,28 +448,33 @@ where
         }
     }
 
-    /// Close one connection; tell the protocol if a known peer is lost.
-    fn close(&mut self, slot: usize, why: String) {
+    /// Close one connection; tell its node's protocol if a known peer is lost, and carry out
+    /// what the protocol answers.
+    fn close(&mut self, slot: usize, why: String) -> Result<(), EngineError> {
         let Some(mut conn) = self.conns.get_mut(slot).and_then(|c| c.take()) else {
-            return;
+            return Ok(());
         };
+        let h = conn.host;
         let _ = self.poll.registry().deregister(&mut conn.stream);
         // Ends an armed io_uring receive too (its last completion is recognized as stale).
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         let who = conn.peer.or(conn.dialed);
-        if let Some(p) = who {
-            if self.route.get(&p) == Some(&slot) {
-                self.route.remove(&p);
-            }
-        }
         if conn.peer.is_none() {
-            self.emit(NodeEvent::Refused(why));
+            self.emit(h, NodeEvent::Refused(why));
         }
-        if let Some(peer) = who {
-            self.emit(NodeEvent::Suspect(peer));
-            let now = self.now();
-            self.proto.on_suspect(now, peer, &mut self.outbox);
+        let now = self.now();
+        let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
+            return Ok(());
+        };
+        let Some(peer) = who else {
+            return Ok(());
+        };
+        if host.route.get(&peer) == Some(&slot) {
+            host.route.remove(&peer);
         }
+        host.proto.on_suspect(now, peer, &mut self.outbox);
+        self.emit(h, NodeEvent::Suspect(peer));
+        self.apply_outbox(h)
     }
 
     fn service(&mut self, slot: usize, readable: bool, writable: bool) -> Result<(), EngineError> {
@@ -382,16 +487,15 @@ where
                 None => return Ok(()),
             };
             if let Some(why) = failed {
-                self.close(slot, why);
-                return self.apply_outbox();
+                return self.close(slot, why);
             }
         }
         if readable {
             if let Err(why) = self.read(slot) {
-                self.close(slot, why);
+                return self.close(slot, why);
             }
         }
-        self.apply_outbox()
+        Ok(())
     }
 
     /// Read everything available (epoll path), then process the frames.
@@ -444,17 +548,20 @@ where
                         // Our own connection: release what waited for authentication.
                         conn.out.append(&mut conn.queued);
                         // A peer's connection becomes our route to it if we have none.
-                        self.route.entry(peer).or_insert(slot);
-                        let _ = self
-                            .events
-                            .send((self.cfg.identity.node_id, NodeEvent::Authenticated(peer)));
+                        if let Some(host) = self.hosts.get_mut(conn.host).and_then(|x| x.as_mut())
+                        {
+                            host.route.entry(peer).or_insert(slot);
+                            let _ = self
+                                .events
+                                .send((host.identity.node_id, NodeEvent::Authenticated(peer)));
+                        }
                     }
                     conn.flush().map_err(|e| e.to_string())?;
                 }
                 Some(peer) if kind == Kind::Msg => {
                     let msg = Msg::access(bytes).map_err(|e| e.to_string())?;
                     if let Some(m) = P::Msg::from_wire(msg) {
-                        self.inbox.push((peer, m));
+                        self.inbox.push((conn.host, peer, m));
                     }
                 }
                 Some(_) => return Err(format!("unexpected {kind:?} frame after the handshake")),
@@ -512,39 +619,47 @@ where
         }
         touched.sort_unstable();
         touched.dedup();
+        let mut result = Ok(());
         for &slot in &touched {
             if let Err(why) = self.frames(slot) {
-                self.close(slot, why);
+                result = result.and(self.close(slot, why));
             }
         }
         touched.clear();
         rearm.clear();
         self.touched = touched;
         self.rearm = rearm;
+        result?;
         for (slot, why) in failed {
             let _ = self.frames(slot);
-            self.close(slot, why);
+            self.close(slot, why)?;
         }
-        self.apply_outbox()?;
         Ok(any)
     }
 
-    /// Hand received messages to the protocol, in arrival order.
+    /// Hand received messages to their nodes' protocols, in arrival order.
     fn deliver(&mut self) -> Result<(), EngineError> {
         if self.inbox.is_empty() {
             return Ok(());
         }
         let now = self.now();
-        let inbox = std::mem::take(&mut self.inbox);
-        for (from, m) in inbox {
-            self.proto.on_message(now, from, m, &mut self.outbox);
-            self.apply_outbox()?;
+        let mut inbox = std::mem::take(&mut self.inbox);
+        for (h, from, m) in inbox.drain(..) {
+            // A node stopped by an earlier message's consequences gets nothing more.
+            let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
+                continue;
+            };
+            host.proto.on_message(now, from, m, &mut self.outbox);
+            self.apply_outbox(h)?;
         }
+        // Keep the allocation; anything queued meanwhile waits for the next turn.
+        inbox.append(&mut self.inbox);
+        self.inbox = inbox;
         Ok(())
     }
 
-    /// Carry out what the protocol asked for.
-    fn apply_outbox(&mut self) -> Result<(), EngineError> {
+    /// Carry out what hosted node `h`'s protocol asked for.
+    fn apply_outbox(&mut self, h: usize) -> Result<(), EngineError> {
         if self.outbox.is_empty() {
             return Ok(());
         }
@@ -554,27 +669,30 @@ where
         let mut outbox = std::mem::take(&mut self.outbox);
         for a in outbox.drain() {
             match a {
-                Action::Send { to, msg } => self.send(to, msg.to_wire())?,
+                Action::Send { to, msg } => self.send(h, to, msg.to_wire())?,
                 Action::SetTimer { timer, after } => {
                     let at = self.now() + after;
-                    self.timers.set(timer, at);
+                    self.timers.set((h, timer), at);
                 }
-                Action::CancelTimer(t) => self.timers.cancel(t),
-                Action::Report(e) => self.emit(NodeEvent::Protocol(e)),
+                Action::CancelTimer(t) => self.timers.cancel((h, t)),
+                Action::Report(e) => self.emit(h, NodeEvent::Protocol(e)),
             }
         }
         let added = std::mem::replace(&mut self.outbox, outbox);
         if !added.is_empty() {
             self.outbox.append(added);
-            return self.apply_outbox();
+            return self.apply_outbox(h);
         }
         Ok(())
     }
 
-    fn send(&mut self, to: NodeId, msg: Msg) -> Result<(), EngineError> {
-        let slot = match self.route.get(&to) {
+    fn send(&mut self, h: usize, to: NodeId, msg: Msg) -> Result<(), EngineError> {
+        let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
+            return Ok(());
+        };
+        let slot = match host.route.get(&to) {
             Some(&s) => s,
-            None => match self.dial(to)? {
+            None => match self.dial(h, to)? {
                 Some(s) => s,
                 None => return Ok(()),
             },
@@ -588,37 +706,46 @@ where
             &mut conn.queued
         };
         if let Err(e) = msg.write_frame(buf) {
-            self.emit(NodeEvent::Refused(e.to_string()));
+            self.emit(h, NodeEvent::Refused(e.to_string()));
             return Ok(());
         }
         if conn.peer.is_some() {
             if let Err(e) = conn.flush() {
-                self.close(slot, e.to_string());
+                return self.close(slot, e.to_string());
             }
         }
         Ok(())
     }
 
-    /// Open our connection to `to`, if we know its address.
-    fn dial(&mut self, to: NodeId) -> Result<Option<usize>, EngineError> {
-        let Some(&addr) = self.cfg.peers.get(&to) else {
-            self.emit(NodeEvent::Refused(format!("no address for {to}")));
+    /// Open hosted node `h`'s connection to `to`, if it knows the address.
+    fn dial(&mut self, h: usize, to: NodeId) -> Result<Option<usize>, EngineError> {
+        let Some(&addr) = self
+            .hosts
+            .get(h)
+            .and_then(|x| x.as_ref())
+            .and_then(|x| x.peers.get(&to))
+        else {
+            self.emit(h, NodeEvent::Refused(format!("no address for {to}")));
             return Ok(None);
         };
         let stream = match TcpStream::connect(addr) {
             Ok(s) => s,
             Err(e) => {
-                self.emit(NodeEvent::Suspect(to));
+                self.emit(h, NodeEvent::Suspect(to));
                 let now = self.now();
-                self.proto.on_suspect(now, to, &mut self.outbox);
-                self.emit(NodeEvent::Refused(format!("connect {addr}: {e}")));
+                if let Some(host) = self.hosts[h].as_mut() {
+                    host.proto.on_suspect(now, to, &mut self.outbox);
+                }
+                self.emit(h, NodeEvent::Refused(format!("connect {addr}: {e}")));
                 return Ok(None);
             }
         };
-        let Some(slot) = self.open(stream, Role::Initiator, Some(to))? else {
+        let Some(slot) = self.open(h, stream, Role::Initiator, Some(to))? else {
             return Ok(None);
         };
-        self.route.insert(to, slot);
+        if let Some(host) = self.hosts[h].as_mut() {
+            host.route.insert(to, slot);
+        }
         Ok(Some(slot))
     }
 }

@@ -1,22 +1,33 @@
 //! Protocol timers of one reactor: a binary heap of deadlines with lazy cancellation (re-arming
-//! a timer bumps its generation, and stale heap entries are skipped when they surface).
+//! a timer bumps its generation, and stale heap entries are skipped when they surface). A
+//! reactor hosting several nodes keys them by (node, timer).
 
 use crate::proto::{Time, TimerId};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
-/// Pending timers.
-#[derive(Debug, Default)]
-pub struct Timers {
-    heap: BinaryHeap<Reverse<(Time, u64, TimerId)>>,
-    live: HashMap<TimerId, u64>,
+/// Pending timers, named by `K`.
+#[derive(Debug)]
+pub struct Timers<K = TimerId> {
+    heap: BinaryHeap<Reverse<(Time, u64, K)>>,
+    live: HashMap<K, u64>,
     next_gen: u64,
 }
 
-impl Timers {
+impl<K> Default for Timers<K> {
+    fn default() -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            live: HashMap::new(),
+            next_gen: 0,
+        }
+    }
+}
+
+impl<K: Copy + Ord + std::hash::Hash> Timers<K> {
     /// Arm `timer` at `at`, replacing any pending one.
-    pub fn set(&mut self, timer: TimerId, at: Time) {
+    pub fn set(&mut self, timer: K, at: Time) {
         self.next_gen += 1;
         self.live.insert(timer, self.next_gen);
         self.heap.push(Reverse((at, self.next_gen, timer)));
@@ -28,12 +39,17 @@ impl Timers {
     }
 
     /// Forget `timer`.
-    pub fn cancel(&mut self, timer: TimerId) {
+    pub fn cancel(&mut self, timer: K) {
         self.live.remove(&timer);
     }
 
+    /// Forget every timer `which` selects (a node leaving a shared reactor).
+    pub fn cancel_where(&mut self, mut which: impl FnMut(&K) -> bool) {
+        self.live.retain(|k, _| !which(k));
+    }
+
     /// The next timer due at or before `now`, removed.
-    pub fn pop_due(&mut self, now: Time) -> Option<TimerId> {
+    pub fn pop_due(&mut self, now: Time) -> Option<K> {
         while let Some(&Reverse((at, generation, timer))) = self.heap.peek() {
             if self.live.get(&timer) != Some(&generation) {
                 self.heap.pop();
@@ -68,7 +84,7 @@ mod tests {
 
     #[test]
     fn rearm_replaces_and_cancel_forgets() {
-        let mut t = Timers::default();
+        let mut t: Timers = Timers::default();
         t.set(TimerId(1), Time(100));
         t.set(TimerId(2), Time(50));
         t.set(TimerId(1), Time(200)); // replaces the first arming

@@ -14,7 +14,7 @@
 pub mod ping;
 pub mod stabilize;
 
-use crate::engine::reactor::{Command, NodeEvent, Reactor, ReactorConfig, WAKER};
+use crate::engine::reactor::{Command, HostSpec, NodeEvent, Reactor, ReactorConfig, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
 use crate::proto::Protocol;
 use crate::wire::frame::DEFAULT_MAX_BODY;
@@ -46,6 +46,35 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, EngineError> {
     Ok(socket.into())
 }
 
+/// A reactor thread: stops (every node it hosts with it) and is joined when dropped.
+struct ReactorThread {
+    commands: Sender<Command>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<Result<(), EngineError>>>,
+}
+
+impl ReactorThread {
+    fn send(&self, c: Command) {
+        let _ = self.commands.send(c);
+        let _ = self.waker.wake();
+    }
+
+    /// Stop the reactor and wait for it; its error, if it failed.
+    fn join(&mut self) -> Result<(), EngineError> {
+        let Some(t) = self.thread.take() else {
+            return Ok(());
+        };
+        self.send(Command::Stop);
+        t.join().map_err(|_| EngineError::Panicked)?
+    }
+}
+
+impl Drop for ReactorThread {
+    fn drop(&mut self) {
+        let _ = self.join();
+    }
+}
+
 /// A running node.
 pub struct NodeHandle<P> {
     /// Its id.
@@ -54,42 +83,48 @@ pub struct NodeHandle<P> {
     pub addr: SocketAddr,
     commands: Sender<Command>,
     waker: Arc<Waker>,
-    thread: Option<JoinHandle<Result<P, EngineError>>>,
+    /// Its protocol, once the node stopped.
+    retired: Receiver<P>,
+    /// The reactor, when the node has one of its own ([`spawn`]).
+    own: Option<ReactorThread>,
+    stopped: bool,
 }
 
 impl<P> NodeHandle<P> {
-    /// Stop the node: its reactor returns and every socket closes (peers see the connection
-    /// drop, exactly as when the process dies). Returns the protocol's final state.
-    pub fn stop(mut self) -> Result<P, EngineError> {
-        let _ = self.commands.send(Command::Stop);
-        let _ = self.waker.wake();
-        match self.thread.take().map(|t| t.join()) {
-            Some(Ok(r)) => r,
-            _ => Err(EngineError::Panicked),
+    /// Stop the node: its sockets close (peers see the connections drop, exactly as when the
+    /// process dies). Returns the protocol's final state.
+    pub fn stop(&mut self) -> Result<P, EngineError> {
+        self.kill();
+        if let Some(mut r) = self.own.take() {
+            r.join()?;
         }
+        self.retired.recv().map_err(|_| EngineError::Gone)
     }
 
     /// Ask the node to stop without waiting for it (several nodes killed "at once"); a later
-    /// [`NodeHandle::stop`] or drop waits.
-    pub fn kill(&self) {
-        let _ = self.commands.send(Command::Stop);
-        let _ = self.waker.wake();
+    /// [`NodeHandle::stop`] waits.
+    pub fn kill(&mut self) {
+        if !self.stopped {
+            self.stopped = true;
+            let _ = self.commands.send(Command::StopNode(self.id));
+            let _ = self.waker.wake();
+        }
     }
 
     /// Tell the node about a peer.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
-        let _ = self.commands.send(Command::AddPeer(id, addr));
+        let _ = self.commands.send(Command::AddPeer {
+            node: self.id,
+            peer: id,
+            addr,
+        });
         let _ = self.waker.wake();
     }
 }
 
 impl<P> Drop for NodeHandle<P> {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = self.commands.send(Command::Stop);
-            let _ = self.waker.wake();
-            let _ = t.join();
-        }
+        self.kill();
     }
 }
 
@@ -104,16 +139,18 @@ pub struct NodeOptions {
     pub wait: WaitMode,
     /// `None`: automatic (with a logged note when not io_uring).
     pub backend: Option<Backend>,
-    /// Pin node `i` to core `i mod cores`.
+    /// Pin reactor `r` to core `r mod cores`.
     pub pin: bool,
     /// Largest frame body accepted.
     pub max_body: u32,
     /// Time zero of the protocols' clocks (`None`: each node's start; a [`Cluster`] gives all
     /// its nodes one, so their reported times compare).
     pub epoch: Option<Instant>,
-    /// io_uring receive buffers per node: count (a power of two) and size. Many small nodes
-    /// in one process want few small ones.
+    /// io_uring receive buffers per reactor: count (a power of two) and size.
     pub recv_buffers: (u16, u32),
+    /// Reactor threads of a [`Cluster`] (`None`: one per online core, thread per core). Node
+    /// `i` runs on reactor `i mod reactors`.
+    pub reactors: Option<usize>,
 }
 
 impl Default for NodeOptions {
@@ -127,6 +164,7 @@ impl Default for NodeOptions {
             max_body: DEFAULT_MAX_BODY,
             epoch: None,
             recv_buffers: (256, 16 * 1024),
+            reactors: None,
         }
     }
 }
@@ -146,7 +184,75 @@ pub struct NodeSpec {
     pub core: Option<usize>,
 }
 
-/// Start one node on its own reactor thread.
+/// Start a reactor thread hosting `nodes`; returns it and each node's handle.
+fn start_reactor<P>(
+    nodes: Vec<(NodeSpec, P)>,
+    opts: &NodeOptions,
+    backend: Backend,
+    epoch: Instant,
+    core: Option<usize>,
+    events: Sender<(NodeId, NodeEvent)>,
+) -> Result<(ReactorThread, Vec<NodeHandle<P>>), EngineError>
+where
+    P: Protocol + Send + 'static,
+    P::Msg: WireMsg,
+{
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let (tx, rx) = channel();
+    let mut hosts = Vec::with_capacity(nodes.len());
+    let mut handles = Vec::with_capacity(nodes.len());
+    for (spec, proto) in nodes {
+        let (retire, retired) = channel();
+        handles.push(NodeHandle {
+            id: spec.id,
+            addr: spec.listener.local_addr()?,
+            commands: tx.clone(),
+            waker: waker.clone(),
+            retired,
+            own: None,
+            stopped: false,
+        });
+        hosts.push(HostSpec {
+            identity: Identity {
+                job_id: opts.job_id,
+                node_id: spec.id,
+                key: spec.key,
+            },
+            peers: spec.peers,
+            listener: spec.listener,
+            proto,
+            retire,
+        });
+    }
+    let cfg = ReactorConfig {
+        wait: opts.wait,
+        max_body: opts.max_body,
+        backend,
+        epoch,
+        recv_buffers: opts.recv_buffers,
+    };
+    let name = match handles.as_slice() {
+        [one] => format!("weft-{}", one.id),
+        _ => format!("weft-r{}", core.unwrap_or(0)),
+    };
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
+        if let Some(c) = core {
+            core_affinity::set_for_current(core_affinity::CoreId { id: c });
+        }
+        Reactor::new(cfg, poll, hosts, rx, events)?.run()
+    })?;
+    Ok((
+        ReactorThread {
+            commands: tx,
+            waker,
+            thread: Some(thread),
+        },
+        handles,
+    ))
+}
+
+/// Start one node on a reactor thread of its own.
 pub fn spawn<P>(
     spec: NodeSpec,
     opts: &NodeOptions,
@@ -157,49 +263,17 @@ where
     P: Protocol + Send + 'static,
     P::Msg: WireMsg,
 {
-    let NodeSpec {
-        id,
-        listener,
-        peers,
-        key,
-        core,
-    } = spec;
     let backend = choose_backend(opts.backend)?;
-    let addr = listener.local_addr()?;
-    let poll = Poll::new()?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-    let (tx, rx) = channel();
-    let cfg = ReactorConfig {
-        identity: Identity {
-            job_id: opts.job_id,
-            node_id: id,
-            key,
-        },
-        peers,
-        wait: opts.wait,
-        max_body: opts.max_body,
-        backend,
-        epoch: opts.epoch.unwrap_or_else(Instant::now),
-        recv_buffers: opts.recv_buffers,
-    };
-    let thread = std::thread::Builder::new()
-        .name(format!("weft-{id}"))
-        .spawn(move || {
-            if let Some(c) = core {
-                core_affinity::set_for_current(core_affinity::CoreId { id: c });
-            }
-            Reactor::new(cfg, poll, listener, proto, rx, events)?.run()
-        })?;
-    Ok(NodeHandle {
-        id,
-        addr,
-        commands: tx,
-        waker,
-        thread: Some(thread),
-    })
+    let core = spec.core;
+    let epoch = opts.epoch.unwrap_or_else(Instant::now);
+    let (reactor, mut handles) =
+        start_reactor(vec![(spec, proto)], opts, backend, epoch, core, events)?;
+    let mut node = handles.pop().ok_or(EngineError::Gone)?;
+    node.own = Some(reactor);
+    Ok(node)
 }
 
-/// N nodes on 127.0.0.1, every node knowing every other, spread over the cores.
+/// N nodes on 127.0.0.1, every node knowing every other, hosted by one reactor per core.
 pub struct Cluster<P> {
     /// The nodes, node `i` has id `NodeId(i)`.
     pub nodes: Vec<NodeHandle<P>>,
@@ -207,6 +281,7 @@ pub struct Cluster<P> {
     pub events: Receiver<(NodeId, NodeEvent)>,
     /// Time zero of every node's protocol clock.
     pub epoch: Instant,
+    reactors: Vec<ReactorThread>,
 }
 
 impl<P> Cluster<P>
@@ -220,8 +295,8 @@ where
         opts: NodeOptions,
         mut make: impl FnMut(usize, &[NodeId]) -> P,
     ) -> Result<Self, EngineError> {
-        let mut opts = opts;
-        let epoch = *opts.epoch.get_or_insert_with(Instant::now);
+        let backend = choose_backend(opts.backend)?;
+        let epoch = opts.epoch.unwrap_or_else(Instant::now);
         let key = match &opts.key {
             Some(k) => k.clone(),
             None => JobKey::generate()
@@ -237,25 +312,51 @@ where
             .map(|(&id, l)| Ok((id, l.local_addr()?)))
             .collect::<Result<_, std::io::Error>>()?;
         let cores = crate::engine::online_cpus();
-        let (tx, rx) = channel();
-        let mut nodes = Vec::with_capacity(n);
+        let reactors = opts.reactors.unwrap_or(cores).clamp(1, n.max(1));
+        let mut groups: Vec<Vec<(NodeSpec, P)>> = (0..reactors).map(|_| Vec::new()).collect();
         for (i, l) in listeners.into_iter().enumerate() {
             let mut peers = addrs.clone();
             peers.remove(&ids[i]);
-            let core = opts.pin.then_some(i % cores);
             let spec = NodeSpec {
                 id: ids[i],
                 listener: l,
                 peers,
                 key: key.clone(),
-                core,
+                core: None,
             };
-            nodes.push(spawn(spec, &opts, make(i, &ids), tx.clone())?);
+            groups[i % reactors].push((spec, make(i, &ids)));
         }
+        let (tx, rx) = channel();
+        let mut threads = Vec::with_capacity(reactors);
+        let mut slots: Vec<Vec<NodeHandle<P>>> = Vec::with_capacity(reactors);
+        for (r, group) in groups.into_iter().enumerate() {
+            let core = opts.pin.then_some(r % cores);
+            let (thread, handles) = start_reactor(group, &opts, backend, epoch, core, tx.clone())?;
+            threads.push(thread);
+            slots.push(handles);
+        }
+        // Back to id order: node i is the (i / reactors)-th of reactor i mod reactors.
+        let mut iters: Vec<_> = slots.into_iter().map(Vec::into_iter).collect();
+        let nodes = (0..n)
+            .map(|i| iters[i % reactors].next().ok_or(EngineError::Gone))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             nodes,
             events: rx,
             epoch,
+            reactors: threads,
         })
+    }
+
+    /// Stop every node and reactor; the first reactor error, if any.
+    pub fn shutdown(mut self) -> Result<(), EngineError> {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let mut result = Ok(());
+        for r in &mut self.reactors {
+            result = result.and(r.join());
+        }
+        result
     }
 }

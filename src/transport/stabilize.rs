@@ -7,7 +7,7 @@
 //! Detection is the engine's: the failed node's tree neighbors hold connections to it (opened
 //! by the first `HowAreYou` round, which the trial waits for) and see them close.
 
-use super::{Cluster, NodeHandle, NodeOptions};
+use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig, TreeMode};
@@ -16,6 +16,7 @@ use crate::sim::rng::SimRng;
 use crate::sim::stabilize::{victims, Fail};
 use crate::NodeId;
 use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// Why a trial could not be measured.
@@ -81,6 +82,23 @@ pub fn member(me: NodeId, ids: &[NodeId], radix: u32, mode: TreeMode) -> Members
     )
 }
 
+/// The next event, or `None` at the deadline. Polls with short sleeps instead of blocking in
+/// `recv`: a blocked receiver is woken by every event, and on a machine whose cores all run
+/// reactors each wake-up preempts one of them mid-stabilization (a scheduler time slice, ms).
+fn next_event(
+    events: &Receiver<(NodeId, NodeEvent)>,
+    deadline: Instant,
+) -> Option<(NodeId, NodeEvent)> {
+    loop {
+        match events.try_recv() {
+            Ok(e) => return Some(e),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if Instant::now() >= deadline => return None,
+            Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
 /// Run one trial: start the job, wait until every tree edge is connected, kill, measure.
 pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let n = cfg.nodes;
@@ -101,15 +119,10 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         .into_iter()
         .map(|v| NodeId(v as u64))
         .collect();
-    let cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
+    let mut cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
         member(ids[i], ids, cfg.radix, cfg.mode)
     })?;
-    let Cluster {
-        nodes,
-        events,
-        epoch,
-    } = cluster;
-    let mut nodes: Vec<Option<NodeHandle<Membership>>> = nodes.into_iter().map(Some).collect();
+    let (events, epoch) = (&cluster.events, cluster.epoch);
 
     // Ready when both ends of every tree edge authenticated each other.
     let mut missing: HashSet<(NodeId, NodeId)> = HashSet::new();
@@ -121,13 +134,12 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     }
     let deadline = Instant::now() + cfg.timeout;
     while !missing.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match events.recv_timeout(left) {
-            Ok((who, NodeEvent::Authenticated(peer))) => {
+        match next_event(events, deadline) {
+            Some((who, NodeEvent::Authenticated(peer))) => {
                 missing.remove(&(who, peer));
             }
-            Ok(_) => {}
-            Err(_) => {
+            Some(_) => {}
+            None => {
                 return Err(BenchError::Timeout(
                     cfg.timeout,
                     format!("{} tree connections still missing", missing.len()),
@@ -139,14 +151,10 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     // Kill every victim at once, then wait for their threads.
     let killed_at = Time(epoch.elapsed().as_nanos() as u64);
     for v in &victims {
-        if let Some(h) = &nodes[v.0 as usize] {
-            h.kill();
-        }
+        cluster.nodes[v.0 as usize].kill();
     }
     for v in &victims {
-        if let Some(h) = nodes[v.0 as usize].take() {
-            h.stop()?;
-        }
+        cluster.nodes[v.0 as usize].stop()?;
     }
     let dead: HashSet<NodeId> = victims.iter().copied().collect();
     let survivors: Vec<NodeId> = ids.iter().copied().filter(|i| !dead.contains(i)).collect();
@@ -156,8 +164,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let mut last_view: HashMap<NodeId, (u64, Vec<NodeId>)> = HashMap::new();
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok((who, e)) = events.recv_timeout(left) else {
+        let Some((who, e)) = next_event(events, deadline) else {
             return Err(BenchError::Timeout(
                 cfg.timeout,
                 format!("no stabilization after killing {victims:?}"),
@@ -176,7 +183,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
             MemberEvent::Stabilized { epoch, at } => {
                 if last_view
                     .get(&who)
-                    .is_some_and(|(e, v)| *e == epoch && *v == survivors)
+                    .is_some_and(|(e, v)| *e == epoch && v[..] == survivors[..])
                 {
                     break (epoch, at);
                 }
@@ -189,13 +196,13 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let views_agree = survivors.iter().all(|s| {
         last_view
             .get(s)
-            .is_some_and(|(e, v)| *e == stable_epoch && *v == survivors)
+            .is_some_and(|(e, v)| *e == stable_epoch && v[..] == survivors[..])
     });
     // Stop everyone at once, so no survivor reacts to the others leaving one by one.
-    for h in nodes.iter().flatten() {
+    for h in cluster.nodes.iter_mut() {
         h.kill();
     }
-    drop(nodes);
+    cluster.shutdown()?;
     let detected = detected.unwrap_or(stable_at);
     Ok(Trial {
         victims,
