@@ -23,6 +23,8 @@
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::topology::radix::RadixTree;
+use crate::topology::recalc::{self, Neighbors};
+use std::sync::Arc;
 use crate::{NodeId, Rank};
 use std::collections::{BTreeSet, HashMap};
 
@@ -109,7 +111,7 @@ pub enum MemberEvent {
         /// Epoch.
         epoch: u64,
         /// Live ids, sorted.
-        view: Vec<NodeId>,
+        view: Arc<[NodeId]>,
         /// When.
         at: Time,
     },
@@ -149,6 +151,19 @@ impl IdTree {
             tree.children.insert(id, kids);
         }
         tree
+    }
+
+    /// The whole tree over `initial` after patching out `failed` in increasing id order
+    /// ([`IdTree::remove`] applied globally; the oracle of the local recalculation).
+    pub fn patched(initial: &[NodeId], failed: &BTreeSet<NodeId>, a: u32) -> IdTree {
+        let mut t = IdTree::radix(initial, a);
+        let mut gone = BTreeSet::new();
+        for &d in failed {
+            gone.insert(d);
+            let next = initial.iter().copied().find(|id| !gone.contains(id));
+            t.remove(d, next);
+        }
+        t
     }
 
     /// The root.
@@ -237,8 +252,10 @@ pub struct Membership {
     initial: Vec<NodeId>,
     failed: BTreeSet<NodeId>,
     suspected: BTreeSet<NodeId>,
-    view: Vec<NodeId>,
-    tree: IdTree,
+    /// The installed view, shared with the events that announce it.
+    view: Arc<[NodeId]>,
+    /// This process's root, parent and children in the installed tree.
+    nb: Neighbors,
     epoch: u64,
     waiting: BTreeSet<NodeId>,
     /// The driver's clock at the current call (events carry it).
@@ -254,15 +271,19 @@ impl Membership {
     pub fn new(me: NodeId, mut view: Vec<NodeId>, cfg: MembershipConfig) -> Self {
         view.sort_unstable();
         view.dedup();
-        let tree = IdTree::radix(&view, cfg.radix);
+        let nb = recalc::rebalanced(&view, me, cfg.radix).unwrap_or(Neighbors {
+            root: view.first().copied().unwrap_or(me),
+            parent: None,
+            children: Vec::new(),
+        });
         Self {
             me,
             cfg,
-            initial: view.clone(),
+            view: view.clone().into(),
+            initial: view,
             failed: BTreeSet::new(),
             suspected: BTreeSet::new(),
-            view,
-            tree,
+            nb,
             epoch: 0,
             waiting: BTreeSet::new(),
             now: Time::ZERO,
@@ -277,9 +298,9 @@ impl Membership {
         &self.view
     }
 
-    /// The current tree.
-    pub fn tree(&self) -> &IdTree {
-        &self.tree
+    /// This process's root, parent and children in the installed tree.
+    pub fn neighbors(&self) -> &Neighbors {
+        &self.nb
     }
 
     /// The installed epoch.
@@ -292,28 +313,27 @@ impl Membership {
         !self.waiting.is_empty()
     }
 
-    /// The tree of the initial view without the `failed` set (see the module doc).
-    fn tree_without(&self, failed: &BTreeSet<NodeId>) -> (Vec<NodeId>, IdTree) {
+    /// The view and this process's neighbors without the `failed` set, computed locally
+    /// (section 3.4; see [`recalc`]). A process that others declared failed keeps no
+    /// neighbors: it is out of the view.
+    fn tree_without(&self, failed: &BTreeSet<NodeId>) -> (Vec<NodeId>, Neighbors) {
         let view: Vec<NodeId> = self
             .initial
             .iter()
             .copied()
             .filter(|id| !failed.contains(id))
             .collect();
-        let tree = match self.cfg.mode {
-            TreeMode::Rebalance => IdTree::radix(&view, self.cfg.radix),
-            TreeMode::Patch => {
-                let mut t = IdTree::radix(&self.initial, self.cfg.radix);
-                let mut gone = BTreeSet::new();
-                for &d in failed {
-                    gone.insert(d);
-                    let next = self.initial.iter().copied().find(|id| !gone.contains(id));
-                    t.remove(d, next);
-                }
-                t
-            }
+        let a = self.cfg.radix;
+        let nb = match self.cfg.mode {
+            TreeMode::Rebalance => recalc::rebalanced(&view, self.me, a),
+            TreeMode::Patch => recalc::patched(&self.initial, failed, self.me, a),
         };
-        (view, tree)
+        let nb = nb.unwrap_or(Neighbors {
+            root: view.first().copied().unwrap_or(self.me),
+            parent: None,
+            children: Vec::new(),
+        });
+        (view, nb)
     }
 
     /// Install epoch `epoch` without `failed`, forward it down, and wait for the acks.
@@ -324,20 +344,20 @@ impl Membership {
         root_changed: bool,
         out: &mut Outbox<M>,
     ) {
-        let (view, tree) = self.tree_without(&failed);
+        let (view, nb) = self.tree_without(&failed);
         self.epoch = epoch;
         self.failed = failed;
-        self.view = view;
-        self.tree = tree;
+        self.view = view.into();
+        self.nb = nb;
         self.version += 1;
         out.report(Event::Member(MemberEvent::ViewChanged {
             epoch,
             view: self.view.clone(),
             at: self.now,
         }));
-        let kids: Vec<NodeId> = self.tree.children(self.me).to_vec();
+        let kids: Vec<NodeId> = self.nb.children.clone();
         let set: Vec<NodeId> = self.failed.iter().copied().collect();
-        let root = self.tree.root().unwrap_or(self.me);
+        let root = self.nb.root;
         for &k in &kids {
             let msg = if root_changed {
                 MemberMsg::RootDead {
@@ -372,7 +392,7 @@ impl Membership {
         if !self.waiting.is_empty() {
             return;
         }
-        match self.tree.parent(self.me) {
+        match self.nb.parent {
             Some(p) => out.send(p, MemberMsg::FailureAck { epoch: self.epoch }),
             None if self.epoch > 0 => out.report(Event::Member(MemberEvent::Stabilized {
                 epoch: self.epoch,
@@ -413,14 +433,14 @@ impl Membership {
 
     /// A suspected failure of `peer` (detection).
     pub fn suspect<M: From<MemberMsg>>(&mut self, peer: NodeId, out: &mut Outbox<M>) {
-        if self.failed.contains(&peer) || !self.view.contains(&peer) {
+        if self.failed.contains(&peer) || self.view.binary_search(&peer).is_err() {
             return;
         }
         if self.suspected.insert(peer) {
             out.report(Event::Member(MemberEvent::Detected { peer, at: self.now }));
         }
         self.outstanding.remove(&peer);
-        let root = self.tree.root();
+        let root = Some(self.nb.root);
         if root == Some(peer) {
             match self.next_live(peer) {
                 Some(r) if r == self.me => self.root_handles(peer, true, out),
@@ -446,9 +466,9 @@ impl Membership {
         match msg {
             MemberMsg::NodeFailure { failed } => {
                 out.send(from, MemberMsg::FailureDetAck { failed });
-                if self.tree.root() == Some(self.me) {
+                if Some(self.nb.root) == Some(self.me) {
                     self.root_handles(failed, false, out);
-                } else if let Some(r) = self.tree.root() {
+                } else if let Some(r) = Some(self.nb.root) {
                     // Not (or no longer) the root: pass it on.
                     out.send(r, MemberMsg::NodeFailure { failed });
                 }
@@ -456,9 +476,9 @@ impl Membership {
             MemberMsg::RootFailure { failed } => {
                 out.send(from, MemberMsg::FailureDetAck { failed });
                 self.suspected.insert(failed);
-                if self.tree.root() == Some(failed) {
+                if Some(self.nb.root) == Some(failed) {
                     self.root_handles(failed, true, out);
-                } else if self.tree.root() == Some(self.me) {
+                } else if Some(self.nb.root) == Some(self.me) {
                     // Already root (an earlier report): treat it as a node failure.
                     self.root_handles(failed, false, out);
                 }
@@ -468,7 +488,7 @@ impl Membership {
                 if epoch <= self.epoch {
                     return; // old or duplicate
                 }
-                let root_changed = failed.iter().any(|&f| self.tree.root() == Some(f));
+                let root_changed = failed.iter().any(|&f| Some(self.nb.root) == Some(f));
                 self.install(epoch, failed.into_iter().collect(), root_changed, out);
             }
             MemberMsg::FailureAck { epoch } => {
@@ -492,10 +512,10 @@ impl Membership {
             return;
         };
         let neighbors: Vec<NodeId> = self
-            .tree
-            .parent(self.me)
+            .nb
+            .parent
             .into_iter()
-            .chain(self.tree.children(self.me).iter().copied())
+            .chain(self.nb.children.iter().copied())
             .collect();
         for p in neighbors {
             if self.outstanding.contains_key(&p) || self.suspected.contains(&p) {
@@ -570,6 +590,44 @@ impl Protocol for Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Each process's local recalculation equals its place in the whole patched tree, and
+        /// the rebalanced neighbors equal the radix tree over the live view: for any size,
+        /// radix and failed set (leading ids, i.e. root failures, included).
+        #[test]
+        fn local_recalculation_matches_the_global_tree(
+            n in 1usize..90,
+            log2a in 1u32..4,
+            picks in proptest::collection::vec(0usize..90, 0..12),
+            lead in 0usize..4,
+        ) {
+            let a = 1 << log2a;
+            let initial: Vec<NodeId> = (0..n as u64).map(|i| NodeId(3 * i + 1)).collect();
+            let mut failed: BTreeSet<NodeId> = picks.iter().filter(|&&p| p < n).map(|&p| initial[p]).collect();
+            failed.extend(initial.iter().take(lead.min(n)));
+            let live: Vec<NodeId> = initial.iter().copied().filter(|i| !failed.contains(i)).collect();
+            let whole = IdTree::patched(&initial, &failed, a);
+            let balanced = IdTree::radix(&live, a);
+            for &me in &initial {
+                let local = recalc::patched(&initial, &failed, me, a);
+                let re = recalc::rebalanced(&live, me, a);
+                if failed.contains(&me) {
+                    prop_assert!(local.is_none() && re.is_none());
+                    continue;
+                }
+                let local = local.expect("a live process has neighbors");
+                prop_assert_eq!(Some(local.root), whole.root());
+                prop_assert_eq!(local.parent, whole.parent(me), "parent of {}", me);
+                prop_assert_eq!(local.children.as_slice(), whole.children(me), "children of {}", me);
+                let re = re.expect("a live process has neighbors");
+                prop_assert_eq!(Some(re.root), balanced.root());
+                prop_assert_eq!(re.parent, balanced.parent(me));
+                prop_assert_eq!(re.children.as_slice(), balanced.children(me));
+            }
+        }
+    }
 
     fn ids(v: &[u64]) -> Vec<NodeId> {
         v.iter().map(|&i| NodeId(i)).collect()

@@ -176,7 +176,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         .iter()
         .map(|&id| Membership::new(id, ids.clone(), mcfg))
         .collect();
-    let tree = nodes[0].tree().clone();
+    let tree = IdTree::radix(&ids, cfg.radix);
     let height = tree.height();
     let net = match cfg.net {
         NetKind::Constant | NetKind::Contention => Net::Constant { l: cfg.latency },

@@ -6,6 +6,7 @@
 pub mod bmg;
 pub mod order;
 pub mod radix;
+pub mod recalc;
 pub mod torus;
 
 /// A topology asked for with impossible parameters.

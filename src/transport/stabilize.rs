@@ -17,6 +17,7 @@ use crate::sim::stabilize::{victims, Fail};
 use crate::NodeId;
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Why a trial could not be measured.
@@ -161,7 +162,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
 
     // Until a root reports the stabilization of an epoch whose view is exactly the survivors.
     let mut detected: Option<Time> = None;
-    let mut last_view: HashMap<NodeId, (u64, Vec<NodeId>)> = HashMap::new();
+    let mut last_view: HashMap<NodeId, (u64, Arc<[NodeId]>)> = HashMap::new();
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
         let Some((who, e)) = next_event(events, deadline) else {

@@ -1,0 +1,150 @@
+//! The local recalculation of ICS'06 section 3.4: after failures, the parent and children of one
+//! process, computed by that process alone from the initial view and the failed set, in time
+//! proportional to its own neighborhood (ancestors walked, dead subtrees expanded), not to N.
+//!
+//! Patching (the paper): a failed process's children take its place in its parent's list, in
+//! order, so each live process's parent is its nearest live ancestor. A failed root is replaced
+//! by the next id of the list, which leaves its own parent and adopts the old root's other
+//! children ahead of its own. Failures apply in increasing id order, so the failed roots are
+//! exactly the leading failed ids of the list and are handled first.
+//!
+//! Rebalancing (Process Order's lazy update): the balanced radix tree over the live view.
+
+use super::radix::RadixTree;
+use crate::{NodeId, Rank};
+use std::collections::{BTreeSet, HashMap};
+
+/// What one process needs of the tree: the root, its parent and its ordered children.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Neighbors {
+    /// The root of the tree.
+    pub root: NodeId,
+    /// The parent (`None` at the root).
+    pub parent: Option<NodeId>,
+    /// The children, in order.
+    pub children: Vec<NodeId>,
+}
+
+/// `me`'s neighbors in the balanced radix tree of radix `a` over the sorted `view`; `None` if
+/// `me` is not in the view.
+pub fn rebalanced(view: &[NodeId], me: NodeId, a: u32) -> Option<Neighbors> {
+    let t = RadixTree::new(view.len() as u32, a).ok()?;
+    let r = view.binary_search(&me).ok()? as u32;
+    Some(Neighbors {
+        root: view[0],
+        parent: t.parent(Rank(r)).map(|p| view[p.0 as usize]),
+        children: t.children(Rank(r)).map(|c| view[c.0 as usize]).collect(),
+    })
+}
+
+/// `me`'s neighbors in the radix tree over the sorted `initial` view, patched for `failed`;
+/// `None` if `me` failed, is not in the view, or nobody is left.
+pub fn patched(
+    initial: &[NodeId],
+    failed: &BTreeSet<NodeId>,
+    me: NodeId,
+    a: u32,
+) -> Option<Neighbors> {
+    if failed.contains(&me) {
+        return None;
+    }
+    let t = Patched::new(initial, failed, a)?;
+    initial.binary_search(&me).ok()?;
+    let parent = if me == t.root {
+        None
+    } else {
+        let mut p = t.parent(me);
+        while let Some(x) = p.filter(|x| failed.contains(x)) {
+            p = t.parent(x);
+        }
+        p
+    };
+    let mut children = Vec::new();
+    t.expand(&t.children(me), &mut children);
+    Some(Neighbors {
+        root: t.root,
+        parent,
+        children,
+    })
+}
+
+/// The initial tree after the root replacements, as overrides of the radix formulas.
+struct Patched<'a> {
+    initial: &'a [NodeId],
+    failed: &'a BTreeSet<NodeId>,
+    t: RadixTree,
+    root: NodeId,
+    parent_of: HashMap<NodeId, Option<NodeId>>,
+    children_of: HashMap<NodeId, Vec<NodeId>>,
+}
+
+impl<'a> Patched<'a> {
+    fn new(initial: &'a [NodeId], failed: &'a BTreeSet<NodeId>, a: u32) -> Option<Self> {
+        let t = RadixTree::new(initial.len() as u32, a).ok()?;
+        // The leading failed ids are the roots that fail in turn.
+        let k = initial.iter().take_while(|id| failed.contains(id)).count();
+        let root = *initial.get(k)?;
+        let mut p = Patched {
+            initial,
+            failed,
+            t,
+            root,
+            parent_of: HashMap::new(),
+            children_of: HashMap::new(),
+        };
+        for i in 0..k {
+            let (old, new) = (initial[i], initial[i + 1]);
+            if let Some(q) = p.parent(new) {
+                let mut v = p.children(q);
+                v.retain(|&c| c != new);
+                p.children_of.insert(q, v);
+            }
+            let mut merged: Vec<NodeId> = p.children(old).into_iter().filter(|&c| c != new).collect();
+            for &c in &merged {
+                p.parent_of.insert(c, Some(new));
+            }
+            merged.extend(p.children(new));
+            p.children_of.insert(new, merged);
+            p.children_of.insert(old, Vec::new());
+            p.parent_of.insert(new, None);
+        }
+        Some(p)
+    }
+
+    fn rank(&self, id: NodeId) -> Option<Rank> {
+        self.initial.binary_search(&id).ok().map(|r| Rank(r as u32))
+    }
+
+    fn parent(&self, id: NodeId) -> Option<NodeId> {
+        if let Some(&p) = self.parent_of.get(&id) {
+            return p;
+        }
+        let r = self.rank(id)?;
+        self.t.parent(r).map(|p| self.initial[p.0 as usize])
+    }
+
+    fn children(&self, id: NodeId) -> Vec<NodeId> {
+        if let Some(v) = self.children_of.get(&id) {
+            return v.clone();
+        }
+        match self.rank(id) {
+            Some(r) => self
+                .t
+                .children(r)
+                .map(|c| self.initial[c.0 as usize])
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Replace every failed process of `list` by its own (expanded) children, in place.
+    fn expand(&self, list: &[NodeId], out: &mut Vec<NodeId>) {
+        for &c in list {
+            if self.failed.contains(&c) {
+                self.expand(&self.children(c), out);
+            } else {
+                out.push(c);
+            }
+        }
+    }
+}
