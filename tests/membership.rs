@@ -19,7 +19,6 @@ fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConf
         opts: NodeOptions {
             wait: WaitMode::Block,
             backend: Some(backend),
-            recv_buffers: (32, 4096),
             ..NodeOptions::default()
         },
         timeout: Duration::from_secs(20),

@@ -93,9 +93,9 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             opts: NodeOptions {
                 wait: a.wait,
                 backend: a.backend,
-                // Membership messages are small: a few small receive buffers per node keep
-                // a thousand nodes' io_uring memory modest.
-                recv_buffers: (32, 4096),
+                // Small messages, many connections per reactor: many small buffers, so a
+                // burst over hundreds of sockets does not run the ring dry (ENOBUFS).
+                recv_buffers: (2048, 4096),
                 ..NodeOptions::default()
             },
             timeout: Duration::from_secs_f64(a.timeout_s),

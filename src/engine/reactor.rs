@@ -548,8 +548,7 @@ where
                         // Our own connection: release what waited for authentication.
                         conn.out.append(&mut conn.queued);
                         // A peer's connection becomes our route to it if we have none.
-                        if let Some(host) = self.hosts.get_mut(conn.host).and_then(|x| x.as_mut())
-                        {
+                        if let Some(host) = self.hosts.get_mut(conn.host).and_then(|x| x.as_mut()) {
                             host.route.entry(peer).or_insert(slot);
                             let _ = self
                                 .events

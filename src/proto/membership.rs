@@ -24,9 +24,9 @@
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::topology::radix::RadixTree;
 use crate::topology::recalc::{self, Neighbors};
-use std::sync::Arc;
 use crate::{NodeId, Rank};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// How the tree follows failures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
@@ -232,6 +232,21 @@ impl IdTree {
     }
 }
 
+/// The sorted `list` without the `gone` ids: the runs between them copied whole, so a view of
+/// thousands costs a memcpy, not a set lookup per id.
+fn without(list: &[NodeId], gone: &BTreeSet<NodeId>) -> Vec<NodeId> {
+    let mut out = Vec::with_capacity(list.len());
+    let mut from = 0;
+    for g in gone {
+        if let Ok(at) = list[from..].binary_search(g) {
+            out.extend_from_slice(&list[from..from + at]);
+            from += at + 1;
+        }
+    }
+    out.extend_from_slice(&list[from..]);
+    out
+}
+
 /// Settings.
 #[derive(Clone, Copy, Debug)]
 pub struct MembershipConfig {
@@ -242,6 +257,10 @@ pub struct MembershipConfig {
     /// `HowAreYou` probing of tree neighbors: (period, timeout); `None` relies on
     /// `on_suspect` alone.
     pub probe: Option<(std::time::Duration, std::time::Duration)>,
+    /// At start, also greet (`HowAreYou`, no answer awaited) the processes a single failure
+    /// would make tree neighbors ([`recalc::standby`]): on a connection-oriented transport
+    /// their connections then exist before a stabilization needs them.
+    pub warm: bool,
 }
 
 /// One process's membership state.
@@ -317,12 +336,7 @@ impl Membership {
     /// (section 3.4; see [`recalc`]). A process that others declared failed keeps no
     /// neighbors: it is out of the view.
     fn tree_without(&self, failed: &BTreeSet<NodeId>) -> (Vec<NodeId>, Neighbors) {
-        let view: Vec<NodeId> = self
-            .initial
-            .iter()
-            .copied()
-            .filter(|id| !failed.contains(id))
-            .collect();
+        let view = without(&self.initial, failed);
         let a = self.cfg.radix;
         let nb = match self.cfg.mode {
             TreeMode::Rebalance => recalc::rebalanced(&view, self.me, a),
@@ -561,6 +575,12 @@ impl Protocol for Membership {
         // A first round at once: it opens the connections to the tree neighbors, so a
         // failure is seen (as a lost connection) from the start.
         self.probe(now, out);
+        if self.cfg.warm {
+            for p in recalc::standby(&self.initial, self.me, self.cfg.radix) {
+                // Sequence 0 is never outstanding, so the answer is ignored.
+                out.send(p, MemberMsg::HowAreYou { seq: 0 });
+            }
+        }
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: MemberMsg, out: &mut Outbox<MemberMsg>) {
@@ -631,6 +651,16 @@ mod tests {
 
     fn ids(v: &[u64]) -> Vec<NodeId> {
         v.iter().map(|&i| NodeId(i)).collect()
+    }
+
+    #[test]
+    fn a_view_without_some_ids() {
+        let list = ids(&[1, 3, 5, 7, 9]);
+        let gone = |v: &[u64]| v.iter().map(|&i| NodeId(i)).collect::<BTreeSet<_>>();
+        assert_eq!(without(&list, &gone(&[])), list);
+        assert_eq!(without(&list, &gone(&[1, 9])), ids(&[3, 5, 7]));
+        assert_eq!(without(&list, &gone(&[2, 5, 6, 100])), ids(&[1, 3, 7, 9]));
+        assert_eq!(without(&list, &gone(&[1, 3, 5, 7, 9])), ids(&[]));
     }
 
     #[test]

@@ -171,6 +171,8 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         radix: cfg.radix,
         mode: cfg.mode,
         probe: cfg.probe,
+        // No connections to warm in the simulator.
+        warm: false,
     };
     let nodes: Vec<Membership> = ids
         .iter()

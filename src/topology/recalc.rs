@@ -99,7 +99,8 @@ impl<'a> Patched<'a> {
                 v.retain(|&c| c != new);
                 p.children_of.insert(q, v);
             }
-            let mut merged: Vec<NodeId> = p.children(old).into_iter().filter(|&c| c != new).collect();
+            let mut merged: Vec<NodeId> =
+                p.children(old).into_iter().filter(|&c| c != new).collect();
             for &c in &merged {
                 p.parent_of.insert(c, Some(new));
             }
@@ -144,6 +145,64 @@ impl<'a> Patched<'a> {
                 self.expand(&self.children(c), out);
             } else {
                 out.push(c);
+            }
+        }
+    }
+}
+
+/// The processes a single failure would make `me`'s new tree neighbors when patching the radix
+/// tree over `initial`: its grandparent (its parent failed), its grandchildren (a child
+/// failed) and, for the second id of the list, the root's other children (the root failed and
+/// it takes over). Empty if `me` is not in the view.
+pub fn standby(initial: &[NodeId], me: NodeId, a: u32) -> Vec<NodeId> {
+    let Ok(t) = RadixTree::new(initial.len() as u32, a) else {
+        return Vec::new();
+    };
+    let Ok(r) = initial.binary_search(&me) else {
+        return Vec::new();
+    };
+    let r = Rank(r as u32);
+    let id = |x: Rank| initial[x.0 as usize];
+    let mut out: Vec<NodeId> = t
+        .parent(r)
+        .and_then(|p| t.parent(p))
+        .map(id)
+        .into_iter()
+        .collect();
+    for c in t.children(r) {
+        out.extend(t.children(c).map(id));
+    }
+    if r.0 == 1 {
+        out.extend(t.children(Rank(0)).filter(|&c| c != r).map(id));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every edge a single failure adds to the patched tree touches a standby pair.
+    #[test]
+    fn standby_covers_every_new_edge_after_one_failure() {
+        for (n, a) in [(1, 2), (2, 2), (7, 2), (21, 4), (64, 4), (100, 8)] {
+            let initial: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+            let before: Vec<Neighbors> = initial
+                .iter()
+                .map(|&x| patched(&initial, &BTreeSet::new(), x, a).unwrap())
+                .collect();
+            for &d in &initial {
+                let failed: BTreeSet<NodeId> = [d].into();
+                for &x in initial.iter().filter(|&&x| x != d) {
+                    let nb = patched(&initial, &failed, x, a).unwrap();
+                    let old = &before[x.0 as usize];
+                    let warm = standby(&initial, x, a);
+                    for y in nb.parent.into_iter().chain(nb.children) {
+                        let known = old.parent == Some(y) || old.children.contains(&y);
+                        let warm_either = warm.contains(&y) || standby(&initial, y, a).contains(&x);
+                        assert!(known || warm_either, "n={n} a={a} d={d}: {x}-{y} is cold");
+                    }
+                }
             }
         }
     }

@@ -14,6 +14,7 @@ use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig
 use crate::proto::{Event, Time};
 use crate::sim::rng::SimRng;
 use crate::sim::stabilize::{victims, Fail};
+use crate::topology::recalc;
 use crate::NodeId;
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -68,7 +69,7 @@ pub struct Trial {
     pub views_agree: bool,
 }
 
-/// Membership for one node of a benchmark job: probes once at start (to open the tree's
+/// Membership for one node of a benchmark job: probes (and greets its standby) once at start (to open the tree's
 /// connections) and then only after a long period, so probes do not mix into the measure.
 pub fn member(me: NodeId, ids: &[NodeId], radix: u32, mode: TreeMode) -> Membership {
     let quiet = Duration::from_secs(3600);
@@ -79,6 +80,7 @@ pub fn member(me: NodeId, ids: &[NodeId], radix: u32, mode: TreeMode) -> Members
             radix,
             mode,
             probe: Some((quiet, quiet)),
+            warm: true,
         },
     )
 }
@@ -125,10 +127,12 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     })?;
     let (events, epoch) = (&cluster.events, cluster.epoch);
 
-    // Ready when both ends of every tree edge authenticated each other.
+    // Ready when both ends of every tree edge, and of every standby pair, authenticated
+    // each other.
     let mut missing: HashSet<(NodeId, NodeId)> = HashSet::new();
     for &id in &ids {
-        for &c in tree.children(id) {
+        let warm = recalc::standby(&ids, id, cfg.radix);
+        for &c in tree.children(id).iter().chain(&warm) {
             missing.insert((id, c));
             missing.insert((c, id));
         }
@@ -174,6 +178,13 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         let NodeEvent::Protocol(Event::Member(e)) = e else {
             continue;
         };
+        if std::env::var("WEFT_DEBUG").is_ok() {
+            match &e {
+                MemberEvent::Detected { at, .. } => eprintln!("{who} D {}", at.0 / 1000),
+                MemberEvent::ViewChanged { at, .. } => eprintln!("{who} V {}", at.0 / 1000),
+                MemberEvent::Stabilized { at, .. } => eprintln!("{who} S {}", at.0 / 1000),
+            }
+        }
         match e {
             MemberEvent::Detected { at, .. } => {
                 detected = Some(detected.map_or(at, |d| d.min(at)));
