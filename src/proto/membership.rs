@@ -271,6 +271,8 @@ pub struct Membership {
     initial: Vec<NodeId>,
     failed: BTreeSet<NodeId>,
     suspected: BTreeSet<NodeId>,
+    /// Suspects this process reported to a root (reported again after a root change).
+    reported: BTreeSet<NodeId>,
     /// The installed view, shared with the events that announce it.
     view: Arc<[NodeId]>,
     /// This process's root, parent and children in the installed tree.
@@ -302,6 +304,7 @@ impl Membership {
             initial: view,
             failed: BTreeSet::new(),
             suspected: BTreeSet::new(),
+            reported: BTreeSet::new(),
             nb,
             epoch: 0,
             waiting: BTreeSet::new(),
@@ -389,13 +392,23 @@ impl Membership {
             out.send(k, msg);
         }
         self.waiting = kids.into_iter().collect();
-        // Failures this process reported may have been lost with an old root: report again
-        // whatever the new epoch still lacks.
+        // Failures this process reported may have been lost with an old root, and a suspect
+        // may have just become its neighbor: report whatever the new epoch still lacks.
         if root != self.me {
-            for &s in &self.suspected {
-                if !self.failed.contains(&s) && s != root {
-                    out.send(root, MemberMsg::NodeFailure { failed: s });
-                }
+            let pending: Vec<NodeId> = self
+                .suspected
+                .iter()
+                .copied()
+                .filter(|s| !self.failed.contains(s) && *s != root)
+                .filter(|s| {
+                    self.reported.contains(s)
+                        || self.nb.parent == Some(*s)
+                        || self.nb.children.contains(s)
+                })
+                .collect();
+            for s in pending {
+                self.reported.insert(s);
+                out.send(root, MemberMsg::NodeFailure { failed: s });
             }
         }
         self.maybe_ack(out);
@@ -450,24 +463,30 @@ impl Membership {
         if self.failed.contains(&peer) || self.view.binary_search(&peer).is_err() {
             return;
         }
-        if self.suspected.insert(peer) {
-            out.report(Event::Member(MemberEvent::Detected { peer, at: self.now }));
-        }
         self.outstanding.remove(&peer);
-        let root = Some(self.nb.root);
-        if root == Some(peer) {
+        // A child we wait for is gone: stop waiting; the new epoch will come down.
+        self.waiting.remove(&peer);
+        if !self.suspected.insert(peer) {
+            return; // already handled (a second connection to the same peer, say)
+        }
+        out.report(Event::Member(MemberEvent::Detected { peer, at: self.now }));
+        let root = self.nb.root;
+        let neighbor = self.nb.parent == Some(peer) || self.nb.children.contains(&peer);
+        if root == peer {
             match self.next_live(peer) {
                 Some(r) if r == self.me => self.root_handles(peer, true, out),
                 Some(r) => out.send(r, MemberMsg::RootFailure { failed: peer }),
                 None => {}
             }
-        } else if root == Some(self.me) {
+        } else if root == self.me {
             self.root_handles(peer, false, out);
-        } else if let Some(r) = root {
-            out.send(r, MemberMsg::NodeFailure { failed: peer });
+        } else if neighbor {
+            // The paper's detectors are a process's tree neighbors; others that lost a
+            // connection to `peer` leave the report to them (and make it themselves if `peer`
+            // becomes their neighbor, see `install`), so one death is not reported N times.
+            self.reported.insert(peer);
+            out.send(root, MemberMsg::NodeFailure { failed: peer });
         }
-        // A child we wait for is gone: stop waiting; the new epoch will come down.
-        self.waiting.remove(&peer);
     }
 
     /// Handle a message.

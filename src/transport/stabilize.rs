@@ -102,6 +102,12 @@ fn next_event(
     }
 }
 
+/// How long a job of `n` nodes needs after its connections are up for the start-up traffic to
+/// drain: a few messages per node at well under 50 µs each, with margin.
+fn settle(n: u32) -> Duration {
+    Duration::from_millis(10) + Duration::from_micros(50) * n
+}
+
 /// Run one trial: start the job, wait until every tree edge is connected, kill, measure.
 pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let n = cfg.nodes;
@@ -153,6 +159,10 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         }
     }
 
+    // The connections are up, but the first probe round's answers may still be in flight:
+    // let the reactors drain them so the failure meets an idle job, as in the paper.
+    std::thread::sleep(settle(n));
+
     // Kill every victim at once, then wait for their threads.
     let killed_at = Time(epoch.elapsed().as_nanos() as u64);
     for v in &victims {
@@ -178,13 +188,6 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         let NodeEvent::Protocol(Event::Member(e)) = e else {
             continue;
         };
-        if std::env::var("WEFT_DEBUG").is_ok() {
-            match &e {
-                MemberEvent::Detected { at, .. } => eprintln!("{who} D {}", at.0 / 1000),
-                MemberEvent::ViewChanged { at, .. } => eprintln!("{who} V {}", at.0 / 1000),
-                MemberEvent::Stabilized { at, .. } => eprintln!("{who} S {}", at.0 / 1000),
-            }
-        }
         match e {
             MemberEvent::Detected { at, .. } => {
                 detected = Some(detected.map_or(at, |d| d.min(at)));
