@@ -13,6 +13,7 @@ pub mod bmg;
 pub mod membership;
 pub mod overlay;
 pub mod ping;
+pub mod relay;
 pub mod ring;
 pub mod spontaneous;
 

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod ping;
+pub mod relay;
 pub mod stabilize;
 
 use crate::engine::reactor::{Command, HostSpec, NodeEvent, Reactor, ReactorConfig, WAKER};

@@ -67,6 +67,11 @@ pub enum Msg {
         /// `nb_hop`.
         hop: u8,
     },
+    /// Relay: a token that has made `hops` hops (the per-message cost probe).
+    Token {
+        /// Hops so far.
+        hops: u64,
+    },
     /// Membership: failure-detector probe.
     HowAreYou {
         /// Probe number.
@@ -210,6 +215,21 @@ impl WireMsg for crate::proto::ping::PingMsg {
             ArchivedMsg::Pong { seq, payload } => Some(PingMsg::Pong {
                 seq: seq.to_native(),
                 payload: payload.as_slice().to_vec(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl WireMsg for crate::proto::relay::RelayMsg {
+    fn to_wire(self) -> Msg {
+        let crate::proto::relay::RelayMsg::Token { hops } = self;
+        Msg::Token { hops }
+    }
+    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+        match m {
+            ArchivedMsg::Token { hops } => Some(crate::proto::relay::RelayMsg::Token {
+                hops: hops.to_native(),
             }),
             _ => None,
         }
