@@ -10,6 +10,8 @@ pub struct Series {
     pub label: String,
     /// Points, x ascending.
     pub points: Vec<(f64, f64)>,
+    /// Half-widths of vertical error bars, one per point (empty: no bars).
+    pub error: Vec<f64>,
 }
 
 /// Why a plot could not be written.
@@ -43,6 +45,11 @@ pub fn log_x_svg(
         x1 = x1.max(x);
         y1 = y1.max(y);
     }
+    for s in series {
+        for (&(_, y), e) in s.points.iter().zip(&s.error) {
+            y1 = y1.max(y + e);
+        }
+    }
     if x0 > x1 {
         return Err(PlotError::Empty);
     }
@@ -64,6 +71,8 @@ pub fn log_x_svg(
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
+        // A log axis draws a light line per integer: noise, and its labels collide.
+        .light_line_style(TRANSPARENT)
         .x_desc(x_label)
         .y_desc(y_label)
         .draw()
@@ -82,6 +91,11 @@ pub fn log_x_svg(
             });
         chart
             .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(s.points.iter().zip(&s.error).map(|(&(x, y), &e)| {
+                ErrorBar::new_vertical(x, (y - e).max(0.0), y, y + e, color.filled(), 8)
+            }))
             .map_err(|e| err(&e))?;
     }
     chart

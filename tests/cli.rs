@@ -141,3 +141,102 @@ fn bad_arguments_are_refused_clearly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("degree"));
 }
+
+#[test]
+fn bench_stabilize_json_has_the_documented_fields() {
+    let out = weft(&[
+        "bench",
+        "stabilize",
+        "--nodes",
+        "16",
+        "--repeat",
+        "3",
+        "--seed",
+        "5",
+        "--backend",
+        "poll",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for field in [
+        "nodes",
+        "radix",
+        "fail",
+        "backend",
+        "repeat",
+        "ts_p50_us",
+        "ts_p99_us",
+        "ts_mean_us",
+        "ci99_us",
+        "views_agree",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}");
+    }
+    assert_eq!(v["nodes"], 16);
+    assert_eq!(v["radix"], 4);
+    assert_eq!(v["fail"], "inner");
+    assert_eq!(v["backend"], "poll");
+    assert_eq!(v["repeat"], 3);
+    assert_eq!(v["views_agree"], true);
+    assert!(v["ts_p50_us"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_stabilize_refuses_a_bad_radix() {
+    let out = weft(&["bench", "stabilize", "--nodes", "8", "--radix", "3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("radix 3"), "{err}");
+}
+
+#[test]
+fn model_validate_compares_every_model_and_plots() {
+    let dir = scratch("validate");
+    let svg = dir.join("v.svg");
+    let out = weft(&[
+        "model",
+        "validate",
+        "--nodes-list",
+        "4,8",
+        "--repeat",
+        "2",
+        "--seed",
+        "1",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for v in &lines {
+        for field in [
+            "l_us",
+            "ocp_us",
+            "c_us",
+            "base_us",
+            "distance_us",
+            "contention_us",
+        ] {
+            let x = v[field].as_f64().unwrap_or(f64::NAN);
+            assert!(x > 0.0 && x.is_finite(), "{field} = {x}");
+        }
+        // The contention model adds CPU to the base model; it is never below it.
+        assert!(v["contention_us"].as_f64() >= v["base_us"].as_f64());
+    }
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("contention model"));
+}

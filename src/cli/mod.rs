@@ -3,6 +3,7 @@
 
 pub mod bench_stabilize;
 pub mod ida;
+pub mod model_validate;
 pub mod ping;
 pub mod sim_bmg;
 pub mod sim_stabilize;
@@ -24,6 +25,9 @@ pub enum Command {
     /// Measure protocols on real sockets.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Latency models against measurements.
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Run protocols in the deterministic simulator.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -41,6 +45,14 @@ pub enum BenchCommand {
     Stabilize(bench_stabilize::BenchStabilizeArgs),
 }
 
+/// `weft model ...`
+#[derive(Subcommand, Debug)]
+pub enum ModelCommand {
+    /// Measure L, Ocp and c here, run the real sweep, compare the base, distance and
+    /// contention models with it (ICS'06 section 7).
+    Validate(model_validate::ValidateArgs),
+}
+
 /// `weft sim ...`
 #[derive(Subcommand, Debug)]
 pub enum SimCommand {
@@ -54,6 +66,7 @@ pub enum SimCommand {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
+        Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
         Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
         Command::Ida(cmd) => ida::run(cmd),

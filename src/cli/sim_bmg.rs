@@ -262,14 +262,17 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
                     Series {
                         label: "tree -> ring".into(),
                         points: pts(&|r| r.ring_phases as f64),
+                        error: Vec::new(),
                     },
                     Series {
                         label: "ring -> BMG".into(),
                         points: pts(&|r| r.bmg_phases as f64),
+                        error: Vec::new(),
                     },
                     Series {
                         label: "total".into(),
                         points: pts(&|r| r.total_phases as f64),
+                        error: Vec::new(),
                     },
                 ],
             ),
@@ -279,10 +282,12 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
                     Series {
                         label: "ring".into(),
                         points: pts(&|r| r.ring_phases as f64 * args.latency_us * 1e-3),
+                        error: Vec::new(),
                     },
                     Series {
                         label: "ring + BMG".into(),
                         points: pts(&|r| r.projected_s * 1e3),
+                        error: Vec::new(),
                     },
                 ],
             ),

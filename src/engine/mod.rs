@@ -144,3 +144,16 @@ pub fn online_cpus() -> usize {
         1
     }
 }
+
+/// User plus system CPU time of this process so far (every reactor thread included): what a
+/// benchmark charges to the work between two readings.
+pub fn process_cpu() -> Duration {
+    // SAFETY: rusage is plain integers, for which all-zero bytes are a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes the struct it is given, which outlives the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}

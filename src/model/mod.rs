@@ -2,3 +2,5 @@
 //! them with measurements.
 
 pub mod ci;
+pub mod latency;
+pub mod validate;

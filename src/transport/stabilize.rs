@@ -67,6 +67,9 @@ pub struct Trial {
     pub epochs: u64,
     /// Every survivor ended with the same view, exactly the survivors.
     pub views_agree: bool,
+    /// CPU this process used from the kill until the stabilization was seen (all reactors;
+    /// with blocking reactors, the work of the failure, detection and stabilization).
+    pub cpu: Duration,
 }
 
 /// Membership for one node of a benchmark job: probes (and greets its standby) once at start (to open the tree's
@@ -164,6 +167,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     std::thread::sleep(settle(n));
 
     // Kill every victim at once, then wait for their threads.
+    let cpu_before = crate::engine::process_cpu();
     let killed_at = Time(epoch.elapsed().as_nanos() as u64);
     for v in &victims {
         cluster.nodes[v.0 as usize].kill();
@@ -206,6 +210,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         }
     };
 
+    let cpu = crate::engine::process_cpu().saturating_sub(cpu_before);
     // The root's ack implies every survivor installed the epoch, and each one's `ViewChanged`
     // left it before its ack did, so all of them are in `last_view` by now.
     let views_agree = survivors.iter().all(|s| {
@@ -225,6 +230,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         detect: detected.since(killed_at),
         epochs: stable_epoch,
         views_agree,
+        cpu,
     })
 }
 
@@ -261,6 +267,9 @@ pub struct BenchReport {
     pub ci99_us: f64,
     /// Kill to first detection, median, µs.
     pub detect_p50_us: f64,
+    /// CPU of the whole process from the kill to the observed stabilization, mean, µs
+    /// (meaningful with blocking reactors; spinning ones burn CPU while idle).
+    pub cpu_mean_us: f64,
     /// Most epochs any trial needed.
     pub epochs_max: u64,
     /// Every trial ended with all survivors on the same view, exactly the survivors.
@@ -285,6 +294,7 @@ pub fn run(
     let mut detect = crate::metrics::histogram();
     let mut samples = Vec::with_capacity(repeat as usize);
     let (mut epochs_max, mut views_agree) = (0, true);
+    let mut cpu = Duration::ZERO;
     for rep in 0..repeat {
         let t = trial(&cfg, rep)?;
         let ns = |d: Duration| (d.as_nanos() as u64).max(1);
@@ -294,6 +304,7 @@ pub fn run(
         samples.push(t.ts.as_secs_f64() * 1e6);
         epochs_max = epochs_max.max(t.epochs);
         views_agree &= t.views_agree;
+        cpu += t.cpu;
         each(rep, &t);
     }
     let s = crate::metrics::summarize(&ts);
@@ -314,6 +325,7 @@ pub fn run(
         ts_mean_us: s.mean_us,
         ci99_us: crate::model::ci::mean_ci99(&samples).map_or(0.0, |(_, h)| h),
         detect_p50_us: crate::metrics::summarize(&detect).p50_us,
+        cpu_mean_us: cpu.as_secs_f64() * 1e6 / repeat as f64,
         epochs_max,
         views_agree,
         seed: cfg.seed,

@@ -1,0 +1,167 @@
+//! `weft model validate`: the models of ICS'06 against real runs on this machine.
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::time::Duration;
+use weft::engine::{Backend, WaitMode};
+use weft::model::validate::{validate, ValidateRow};
+use weft::plot::{log_x_svg, Series};
+use weft::proto::membership::TreeMode;
+use weft::sim::rng::SimRng;
+use weft::sim::stabilize::Fail;
+use weft::transport::stabilize::BenchConfig;
+use weft::transport::NodeOptions;
+
+/// Arguments of `weft model validate`.
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Job sizes of the sweep.
+    #[arg(long, value_delimiter = ',', default_value = "4,16,64,256")]
+    nodes_list: Vec<u32>,
+    /// Children per node (a power of two).
+    #[arg(long, default_value_t = 4)]
+    radix: u32,
+    /// Paper's local patching, or recompute the balanced tree.
+    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
+    mode: TreeMode,
+    /// leaf, inner, root, multi:K or root+K.
+    #[arg(long, default_value = "leaf")]
+    fail: Fail,
+    /// Trials per size.
+    #[arg(long, default_value_t = 20)]
+    repeat: u32,
+    /// I/O backend (default: automatic, or WEFT_BACKEND).
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// How reactors wait.
+    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
+    wait: WaitMode,
+    /// Seed of the victims' choice.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write measured points (99% CI bars) and the model curves to this SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `weft model validate`.
+pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
+    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    if !a.json {
+        println!(
+            "weft model validate: radix {}, {:?} tree, fail {}, {} trials per size, seed {seed}",
+            a.radix, a.mode, a.fail, a.repeat
+        );
+        println!("L = engine one-way latency (32 B ping), Ocp = local recalculation, c = CPU per message under load (relay ring),");
+        println!(
+            "M = messages (simulator), c stab = CPU the stabilization used / M (block mode only)"
+        );
+        println!(
+            "{:>6} {:>2} {:>17} {:>7} {:>7} {:>6} {:>6} {:>7} {:>14} {:>14} {:>16}",
+            "nodes",
+            "H",
+            "Ts mean ± 99% CI",
+            "L µs",
+            "Ocp µs",
+            "c µs",
+            "M",
+            "c stab",
+            "base (err)",
+            "distance (err)",
+            "contention (err)"
+        );
+    }
+    let mut rows: Vec<ValidateRow> = Vec::new();
+    let bar = ProgressBar::new(a.nodes_list.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} sizes {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    for &n in &a.nodes_list {
+        let cfg = BenchConfig {
+            nodes: n,
+            radix: a.radix,
+            mode: a.mode,
+            fail: a.fail,
+            seed,
+            opts: NodeOptions {
+                wait: a.wait,
+                backend: a.backend,
+                recv_buffers: (2048, 4096),
+                ..NodeOptions::default()
+            },
+            timeout: Duration::from_secs(30),
+        };
+        let r = validate(&cfg, a.repeat)?;
+        bar.inc(1);
+        if a.json {
+            bar.suspend(|| println!("{}", serde_json::to_string(&r).unwrap_or_default()));
+        } else {
+            let pct = |e: f64| format!("{:.0}%", e * 100.0);
+            bar.suspend(|| {
+                println!(
+                    "{:>6} {:>2} {:>9.1} ± {:<5.1} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7.2} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6}",
+                    r.nodes,
+                    r.height,
+                    r.ts_mean_us,
+                    r.ci99_us,
+                    r.l_us,
+                    r.ocp_us,
+                    r.c_us,
+                    r.messages,
+                    r.c_stab_us,
+                    r.base_us,
+                    pct(r.base_err),
+                    r.distance_us,
+                    pct(r.distance_err),
+                    r.contention_us,
+                    pct(r.contention_err)
+                )
+            });
+        }
+        anyhow::ensure!(r.views_agree, "{n} nodes: survivors disagreed");
+        rows.push(r);
+    }
+    bar.finish_and_clear();
+    if let Some(path) = &a.plot {
+        let pts = |f: &dyn Fn(&ValidateRow) -> f64| -> Vec<(f64, f64)> {
+            rows.iter().map(|r| (r.nodes as f64, f(r))).collect()
+        };
+        let series = vec![
+            Series {
+                label: "measured (mean, 99% CI)".into(),
+                points: pts(&|r| r.ts_mean_us),
+                error: rows.iter().map(|r| r.ci99_us).collect(),
+            },
+            Series {
+                label: "base model".into(),
+                points: pts(&|r| r.base_us),
+                error: Vec::new(),
+            },
+            Series {
+                label: "distance model (8x8x8 torus)".into(),
+                points: pts(&|r| r.distance_us),
+                error: Vec::new(),
+            },
+            Series {
+                label: "contention model".into(),
+                points: pts(&|r| r.contention_us),
+                error: Vec::new(),
+            },
+        ];
+        let title = format!(
+            "Ts after a {} failure, radix {}, loopback TCP ({})",
+            a.fail,
+            a.radix,
+            rows.first().map_or("", |r| r.backend.as_str())
+        );
+        log_x_svg(path, &title, "nodes", "Ts (µs)", &series)?;
+        if !a.json {
+            println!("plot: {}", path.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! The stabilization latency models of ICS'06 section 7, as functions of measured parameters.
+//!
+//! - Base (equations 1–2): `Ts = Ocm + Ocp·H` with `Ocm = 2·L·(H−1)`: the message goes down and
+//!   the acknowledgment comes up `H−1` levels, and every level recalculates once.
+//! - Distance (section 7.1): each level costs its largest parent–child distance in torus hops
+//!   times `L`, `Ocm = 2·L·Σ_levels max hops`, ranks mapped onto the torus in XYZ order.
+//! - Contention (section 7.2): the paper replaces `L` by a latency measured under the load of
+//!   N communicating nodes, which grows linearly with N. Here the shared resource is the CPU
+//!   (all nodes of a run share the machine's cores), so the load term is the CPU of the
+//!   stabilization's `M` messages spread over the cores: `Ts = base + M·c/cores`, with `c` the
+//!   per-message cost measured under load.
+
+use crate::topology::radix::RadixTree;
+use crate::topology::torus::Torus;
+use crate::Rank;
+
+/// Equations 1–2: `2·L·(H−1) + Ocp·H`, µs.
+pub fn base(l_us: f64, ocp_us: f64, h: u32) -> f64 {
+    2.0 * l_us * (h.saturating_sub(1)) as f64 + ocp_us * h as f64
+}
+
+/// The distance model: `2·L·Σ_levels max hops + Ocp·H`, µs, for the radix-`a` tree over `n`
+/// ranks laid on `torus` in XYZ order (ranks beyond one torus wrap onto the next one, as the
+/// paper's two midplanes).
+pub fn distance(l_us: f64, ocp_us: f64, n: u32, a: u32, torus: Torus) -> f64 {
+    let Ok(t) = RadixTree::new(n, a) else {
+        return f64::NAN;
+    };
+    let h = t.height();
+    let mut worst = vec![0u32; h as usize];
+    let size = torus.size().max(1);
+    let on = |r: u32| Rank((r as u64 % size) as u32);
+    for r in 1..n {
+        if let Some(p) = t.parent(Rank(r)) {
+            let d = t.depth(Rank(r)) as usize;
+            worst[d] = worst[d].max(torus.hops(on(p.0), on(r)).max(1));
+        }
+    }
+    2.0 * l_us * worst.iter().map(|&w| w as f64).sum::<f64>() + ocp_us * h as f64
+}
+
+/// The contention model: the base model plus `messages·c/cores`, µs.
+pub fn contention(base_us: f64, messages: u64, c_us: f64, cores: u32) -> f64 {
+    base_us + messages as f64 * c_us / cores.max(1) as f64
+}
+
+/// `|predicted − measured| / measured`.
+pub fn relative_error(predicted: f64, measured: f64) -> f64 {
+    (predicted - measured).abs() / measured.abs().max(f64::MIN_POSITIVE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_papers_base_model() {
+        // BG/L: L = 4.6 µs, Ocp = 2 µs; 1024 nodes, a = 2 -> H = 11: 2·4.6·10 + 2·11 = 114.
+        assert!((base(4.6, 2.0, 11) - 114.0).abs() < 1e-9);
+        assert_eq!(base(4.6, 2.0, 1), 2.0, "a lone root only recalculates");
+    }
+
+    #[test]
+    fn distance_is_at_least_base_and_grows_on_the_torus() {
+        let torus = Torus::MIDPLANE;
+        for (n, a) in [(8, 2), (64, 4), (1024, 2)] {
+            let h = RadixTree::new(n, a).unwrap().height();
+            let d = distance(4.6, 2.0, n, a, torus);
+            assert!(d >= base(4.6, 2.0, h) - 1e-9, "n={n}: {d}");
+        }
+        // In a 1-D line of 8, a binary tree's deep levels span several hops.
+        let line = Torus::new(8, 1, 1).unwrap();
+        assert!(distance(1.0, 0.0, 8, 2, line) > base(1.0, 0.0, 3));
+    }
+
+    #[test]
+    fn contention_adds_the_cpu_of_the_messages() {
+        assert_eq!(contention(100.0, 126, 8.0, 2), 100.0 + 504.0);
+        assert!((relative_error(110.0, 100.0) - 0.1).abs() < 1e-12);
+    }
+}
