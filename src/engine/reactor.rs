@@ -321,6 +321,12 @@ where
                 }
             }
         }
+        // The job is over: abort the connections instead of closing them in order, so
+        // thousands of them per run do not sit in TIME_WAIT holding local ports (a benchmark
+        // that starts many jobs in a row would run out of ephemeral ports).
+        for conn in self.conns.iter().flatten() {
+            let _ = socket2::SockRef::from(&conn.stream).set_linger(Some(Duration::ZERO));
+        }
         for h in 0..self.hosts.len() {
             self.stop_node(h);
         }
