@@ -49,6 +49,11 @@ enum Ev {
         to: u32,
         from: u32,
         slot: usize,
+        /// The incarnation of `to` it was sent to (a restarted process does not get them).
+        incarnation: u32,
+    },
+    Start {
+        node: u32,
     },
     Suspect {
         at: u32,
@@ -92,6 +97,10 @@ pub struct TimedWorld<P: Protocol> {
     out: Outbox<P::Msg>,
     /// What processes reported: (process, time its handling ended, event).
     reports: Vec<(u32, u64, Event)>,
+    /// Incarnation of each process (bumped when it restarts).
+    incarnation: Vec<u32>,
+    /// Protocols waiting for their `Start` (a joiner, a restarted process).
+    pending: HashMap<u32, P>,
 }
 
 impl<P: Protocol> TimedWorld<P> {
@@ -112,6 +121,8 @@ impl<P: Protocol> TimedWorld<P> {
             sent: 0,
             out: Outbox::new(),
             reports: Vec::new(),
+            incarnation: vec![0; n],
+            pending: HashMap::new(),
         }
     }
 
@@ -140,9 +151,12 @@ impl<P: Protocol> TimedWorld<P> {
         self.queue.push(Reverse((at, self.seq, ev)));
     }
 
-    /// Call `on_start` on every process at time 0.
+    /// Call `on_start` on every live process at time 0.
     pub fn start(&mut self) {
         for i in 0..self.nodes.len() {
+            if !self.alive[i] {
+                continue; // killed before the start: a slot for a later joiner
+            }
             self.nodes[i].on_start(Time(0), &mut self.out);
             self.apply(i as u32, 0);
         }
@@ -152,6 +166,14 @@ impl<P: Protocol> TimedWorld<P> {
     /// sender notices after `detect`.
     pub fn kill(&mut self, i: u32) {
         self.alive[i as usize] = false;
+    }
+
+    /// At time `t`, process `i` starts running `proto` (alive, `on_start`): a joiner that was
+    /// idle so far, or a dead process restarted without its state. Messages sent to an
+    /// earlier incarnation are lost.
+    pub fn spawn_at(&mut self, t: u64, i: u32, proto: P) {
+        self.pending.insert(i, proto);
+        self.push(t, Ev::Start { node: i });
     }
 
     /// Process `at` suspects `peer` at time `t` (an external failure detector).
@@ -208,7 +230,16 @@ impl<P: Protocol> TimedWorld<P> {
                 let slot = self.msgs.len();
                 self.msgs.push(Some(msg));
                 let arrive = t + self.cfg.net.delay(i, to);
-                self.push(arrive, Ev::Deliver { to, from: i, slot });
+                let incarnation = self.incarnation[to as usize];
+                self.push(
+                    arrive,
+                    Ev::Deliver {
+                        to,
+                        from: i,
+                        slot,
+                        incarnation,
+                    },
+                );
             }
         }
         self.out = out;
@@ -223,6 +254,24 @@ impl<P: Protocol> TimedWorld<P> {
             Ev::Deliver { to, .. } => *to,
             Ev::Suspect { at, .. } => *at,
             Ev::Timer { node, .. } => *node,
+            Ev::Start { node } => {
+                let node = *node;
+                let Some(proto) = self.pending.remove(&node) else {
+                    return Some(None);
+                };
+                let i = node as usize;
+                self.nodes[i] = proto;
+                self.alive[i] = true;
+                self.incarnation[i] += 1;
+                self.busy_until[i] = self.busy_until[i].max(at);
+                self.timers.retain(|&(n, _), _| n != node);
+                // Detectors may suspect the new incarnation again.
+                self.suspected.retain(|&(_, peer)| peer != node);
+                self.now = at;
+                self.nodes[i].on_start(Time(at), &mut self.out);
+                self.apply(node, at);
+                return Some(Some(node));
+            }
         };
         if !self.alive[node as usize] {
             if let Ev::Deliver { slot, .. } = ev {
@@ -235,8 +284,17 @@ impl<P: Protocol> TimedWorld<P> {
         self.now = start;
         let now = Time(start);
         match ev {
-            Ev::Deliver { to, from, slot } => {
-                if let Some(msg) = self.msgs[slot].take() {
+            Ev::Deliver {
+                to,
+                from,
+                slot,
+                incarnation,
+            } => {
+                let msg = self.msgs[slot].take();
+                if incarnation != self.incarnation[to as usize] {
+                    return Some(None); // sent to a process that has since restarted
+                }
+                if let Some(msg) = msg {
                     self.nodes[to as usize].on_message(
                         now,
                         NodeId(from as u64),
@@ -248,6 +306,7 @@ impl<P: Protocol> TimedWorld<P> {
             Ev::Suspect { at, peer } => {
                 self.nodes[at as usize].on_suspect(now, NodeId(peer as u64), &mut self.out);
             }
+            Ev::Start { .. } => unreachable!("handled above"),
             Ev::Timer {
                 node,
                 timer,
