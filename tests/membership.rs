@@ -2,12 +2,18 @@
 //! sockets closed), the engine's lost connections are the failure detector, and every survivor
 //! must install the same view, exactly the survivors, with the root holding every ack.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
-use weft::proto::membership::TreeMode;
+use weft::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
+use weft::proto::Event;
 use weft::sim::stabilize::Fail;
 use weft::transport::stabilize::{trial, BenchConfig};
-use weft::transport::NodeOptions;
+use weft::transport::{bind, spawn, Cluster, NodeOptions, NodeSpec};
+use weft::wire::handshake::JobKey;
+use weft::NodeId;
 
 fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConfig {
     BenchConfig {
@@ -68,4 +74,130 @@ fn the_benchmark_summarizes_repeated_trials() {
     assert!(r.ts_p50_us > 0.0 && r.ts_p50_us <= r.ts_p99_us && r.ts_p99_us <= r.ts_max_us);
     assert!(r.ci99_us >= 0.0 && r.ts_mean_us > 0.0);
     assert_eq!(r.backend, "poll");
+}
+
+/// Probes once at start (that round opens the tree's connections, whose loss is the
+/// detector here) and then only after an hour.
+fn member_cfg() -> MembershipConfig {
+    let hour = Duration::from_secs(3600);
+    MembershipConfig {
+        radix: 4,
+        mode: TreeMode::Patch,
+        probe: Some((hour, hour)),
+        warm: false,
+    }
+}
+
+/// Wait until `done` holds for the events seen, or panic after 20 s.
+fn wait_for(
+    events: &std::sync::mpsc::Receiver<(NodeId, NodeEvent)>,
+    mut done: impl FnMut(NodeId, &MemberEvent) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok((who, NodeEvent::Protocol(Event::Member(e)))) => {
+                if done(who, &e) {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => panic!("timed out"),
+        }
+    }
+}
+
+#[test]
+fn a_new_node_joins_over_real_sockets() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        let n = 12;
+        let opts = config(n, Fail::Leaf, TreeMode::Patch, backend).opts;
+        let c = Cluster::start(n as usize + 1, opts, |i, ids| {
+            let members = ids[..n as usize].to_vec();
+            if i < n as usize {
+                Membership::new(ids[i], members, member_cfg())
+            } else {
+                Membership::joiner(ids[i], members, member_cfg(), Duration::from_millis(100))
+            }
+        })
+        .unwrap();
+        let everyone: Vec<NodeId> = (0..=n as u64).map(NodeId).collect();
+        let mut installed = std::collections::HashSet::new();
+        let mut welcomed = false;
+        wait_for(&c.events, |who, e| {
+            match e {
+                MemberEvent::ViewChanged { view, .. } if view[..] == everyone[..] => {
+                    installed.insert(who);
+                }
+                MemberEvent::Joined { .. } if who == NodeId(n as u64) => welcomed = true,
+                _ => {}
+            }
+            welcomed && installed.len() == everyone.len()
+        });
+    }
+}
+
+#[test]
+fn a_killed_node_recovers_with_its_old_id() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        let n = 10;
+        let key = JobKey::generate().unwrap();
+        let opts = NodeOptions {
+            key: Some(key.clone()),
+            ..config(n, Fail::Leaf, TreeMode::Patch, backend).opts
+        };
+        let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+        let mut c = Cluster::start(n as usize, opts.clone(), |i, ids| {
+            Membership::new(ids[i], ids.to_vec(), member_cfg())
+        })
+        .unwrap();
+        let victim = NodeId(7);
+        let survivors: Vec<NodeId> = ids.iter().copied().filter(|&i| i != victim).collect();
+        // Let the first probe round connect the tree, then kill the victim for real.
+        std::thread::sleep(Duration::from_millis(200));
+        c.nodes[victim.0 as usize].stop().unwrap();
+        wait_for(&c.events, |_, e| {
+            matches!(e, MemberEvent::Stabilized { .. })
+        });
+        // It comes back on a new port; the others learn the address, as from a launcher.
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        for node in c.nodes.iter().filter(|h| h.id != victim) {
+            node.add_peer(victim, addr);
+        }
+        let peers: HashMap<NodeId, SocketAddr> = c
+            .nodes
+            .iter()
+            .filter(|h| h.id != victim)
+            .map(|h| (h.id, h.addr))
+            .collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spec = NodeSpec {
+            id: victim,
+            listener,
+            peers,
+            key,
+            core: None,
+        };
+        let back = Membership::recovering(
+            victim,
+            ids.clone(),
+            member_cfg(),
+            Duration::from_millis(100),
+        );
+        let mut h = spawn(spec, &opts, back, tx).unwrap();
+        wait_for(&rx, |_, e| matches!(e, MemberEvent::Joined { .. }));
+        let mut installed = std::collections::HashSet::new();
+        wait_for(&c.events, |who, e| {
+            if let MemberEvent::ViewChanged { view, .. } = e {
+                if view[..] == ids[..] {
+                    installed.insert(who);
+                }
+            }
+            installed.len() == survivors.len()
+        });
+        let m = h.stop().unwrap();
+        assert_eq!(m.view(), ids.as_slice(), "the recovered node's own view");
+    }
 }

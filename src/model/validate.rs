@@ -9,7 +9,7 @@
 
 use super::latency;
 use crate::engine::EngineError;
-use crate::proto::membership::{MemberMsg, Membership, MembershipConfig, TreeMode};
+use crate::proto::membership::{MemberMsg, Membership, MembershipConfig, Regroup, TreeMode};
 use crate::proto::{Outbox, Protocol, Time};
 use crate::sim::stabilize::{self as sim, NetKind, StabilizeConfig};
 use crate::topology::radix::RadixTree;
@@ -90,7 +90,8 @@ pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
                 .find(|&r| t.children(crate::Rank(r)).next().is_some())
         })
         .unwrap_or(n.saturating_sub(1));
-    let failed = vec![NodeId(victim as u64)];
+    // Ids are 0..n, so the victim's id is its position.
+    let dead = vec![victim];
     let mut out: Outbox<MemberMsg> = Outbox::new();
     let mut total = Duration::ZERO;
     let mut count = 0u32;
@@ -104,11 +105,12 @@ pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
             .collect();
         let t0 = Instant::now();
         for m in nodes.iter_mut() {
-            let msg = MemberMsg::FailedNode {
+            let msg = MemberMsg::FailedNode(Regroup {
                 epoch: 1,
-                failed: failed.clone(),
+                dead: dead.clone(),
+                appended: Vec::new(),
                 root: NodeId(0),
-            };
+            });
             m.on_message(Time::ZERO, NodeId(0), msg, &mut out);
             out.drain().for_each(drop);
         }

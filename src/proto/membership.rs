@@ -1,32 +1,39 @@
-//! Radix-tree membership with tree stabilization (Varma et al., ICS'06, sections 3.1–3.6).
+//! Radix-tree membership with tree stabilization (Varma et al., ICS'06, sections 3.1–3.7).
 //!
 //! Every process holds the view (the sorted list of live ids) and the radix tree over it, and
 //! computes its parent and children locally. On a failure the detector tells the root
 //! (`NodeFailure`, acknowledged with `FailureDetAck`); the root recalculates and sends
-//! `FailedNode(set)` to its children, each process recalculates and forwards it down; leaves
+//! `FailedNode` to its children, each process recalculates and forwards it down; leaves
 //! answer `FailureAck`, inner processes once all their children have, and the tree is
 //! stabilized when the root has every child's ack. A root failure goes to the next live process
 //! of the list (`RootFailure`), which becomes the root and sends `RootDead` down instead.
 //! Failures found while a stabilization is in flight start a new epoch with the larger set.
+//! A new process asks the root to join (`NewNode`), a recovered one to come back with its old
+//! id (`NodeAlive`); the root adds it as a leaf at the bottom of the tree, sends
+//! `NewNodeJoin` down (acknowledged up with `NewNodeJoinAck`), and once stable welcomes it with
+//! `JoinDetAck`. A joiner that hears nothing asks the next process of its list.
 //!
 //! Departures from the paper, each deliberate:
-//! - The tree of an epoch is a function of the initial view and the *set* of failed ids,
-//!   applied in increasing id order (the paper patches in arrival order). Every process then
-//!   computes the same tree whatever order it heard of the failures in, and one that missed an
-//!   epoch catches up from the cumulative set.
+//! - The state of an epoch is the *list* (the initial view, then every admitted joiner in
+//!   order) and the set of its dead positions; every message that changes the tree carries all
+//!   of it ([`Regroup`]). Failures apply in list order, so every process computes the same
+//!   tree whatever order it heard of them in, and one that missed an epoch catches up. A
+//!   recovered process is a new position at the end of the list under its old id, as the paper
+//!   adds it at the bottom like a new node.
 //! - `TreeMode::Rebalance` recomputes the balanced radix tree over the live view instead of
 //!   patching (Process Order's lazy update), so trees do not degrade after many failures.
 //! - Failures are detected by the `HowAreYou` probe (section 2.2: a process asks its tree
 //!   neighbors every `period` and suspects one that has not answered `IAmFine` within
 //!   `timeout`) and by [`Protocol::on_suspect`] (a lost connection on the engine, a failed send
-//!   in the simulator). Joins (`NewNode`) and recoveries (`NodeAlive`) are not implemented yet.
+//!   in the simulator). Only tree neighbors report; others remember the suspicion.
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::topology::radix::RadixTree;
 use crate::topology::recalc::{self, Neighbors};
 use crate::{NodeId, Rank};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How the tree follows failures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
@@ -42,6 +49,23 @@ pub enum TreeMode {
 pub const PROBE_TIMER: TimerId = TimerId(10);
 /// Timer of the probe deadline.
 pub const TIMEOUT_TIMER: TimerId = TimerId(11);
+/// Timer of a joiner's retry (ask the next process of the list).
+pub const JOIN_TIMER: TimerId = TimerId(12);
+
+/// The membership state of an epoch, as messages carry it: the processes appended to the
+/// initial view (joiners and recovered processes, in the order the root admitted them) and
+/// the dead positions of the list `initial ++ appended`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Regroup {
+    /// Stabilization epoch.
+    pub epoch: u64,
+    /// Dead positions of the list, ascending.
+    pub dead: Vec<u32>,
+    /// Processes appended to the initial view, in order.
+    pub appended: Vec<NodeId>,
+    /// The root of this epoch.
+    pub root: NodeId,
+}
 
 /// Messages of the membership protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,29 +95,34 @@ pub enum MemberMsg {
         /// The failed root.
         failed: NodeId,
     },
-    /// Down the tree: recalculate without the `failed` set.
-    FailedNode {
-        /// Stabilization epoch.
-        epoch: u64,
-        /// Every failed process so far.
-        failed: Vec<NodeId>,
-        /// The root of this epoch.
-        root: NodeId,
-    },
+    /// Down the tree: recalculate after failures.
+    FailedNode(Regroup),
     /// Down the tree after a root failure (carries the new root).
-    RootDead {
-        /// Stabilization epoch.
-        epoch: u64,
-        /// Every failed process so far.
-        failed: Vec<NodeId>,
-        /// The new root.
-        root: NodeId,
-    },
-    /// Up the tree: my subtree is stable in `epoch`.
+    RootDead(Regroup),
+    /// Down the tree after a join or a recovery.
+    NewNodeJoin(Regroup),
+    /// Up the tree: my subtree is stable in `epoch` (after `FailedNode` or `RootDead`).
     FailureAck {
         /// Stabilization epoch.
         epoch: u64,
     },
+    /// Up the tree: my subtree is stable in `epoch` (after `NewNodeJoin`).
+    NewNodeJoinAck {
+        /// Stabilization epoch.
+        epoch: u64,
+    },
+    /// A new process asks to join.
+    NewNode {
+        /// Its id.
+        id: NodeId,
+    },
+    /// A recovered process asks to come back with its old id.
+    NodeAlive {
+        /// Its id.
+        id: NodeId,
+    },
+    /// Root → joiner, once the tree with it is stable: welcome (with the state to adopt).
+    JoinDetAck(Regroup),
 }
 
 /// What membership reports.
@@ -117,6 +146,13 @@ pub enum MemberEvent {
     },
     /// At the root: every child acknowledged `epoch`.
     Stabilized {
+        /// Epoch.
+        epoch: u64,
+        /// When.
+        at: Time,
+    },
+    /// A joining or recovered process was welcomed (`JoinDetAck`) into `epoch`.
+    Joined {
         /// Epoch.
         epoch: u64,
         /// When.
@@ -232,16 +268,14 @@ impl IdTree {
     }
 }
 
-/// The sorted `list` without the `gone` ids: the runs between them copied whole, so a view of
-/// thousands costs a memcpy, not a set lookup per id.
-fn without(list: &[NodeId], gone: &BTreeSet<NodeId>) -> Vec<NodeId> {
+/// The sorted `list` without the `gone` positions (below `list.len()`): the runs between them
+/// copied whole, so a view of thousands costs a memcpy, not a lookup per id.
+fn without(list: &[NodeId], gone: &BTreeSet<u32>) -> Vec<NodeId> {
     let mut out = Vec::with_capacity(list.len());
     let mut from = 0;
-    for g in gone {
-        if let Ok(at) = list[from..].binary_search(g) {
-            out.extend_from_slice(&list[from..from + at]);
-            from += at + 1;
-        }
+    for &g in gone.range(..list.len() as u32) {
+        out.extend_from_slice(&list[from..g as usize]);
+        from = g as usize + 1;
     }
     out.extend_from_slice(&list[from..]);
     out
@@ -256,11 +290,30 @@ pub struct MembershipConfig {
     pub mode: TreeMode,
     /// `HowAreYou` probing of tree neighbors: (period, timeout); `None` relies on
     /// `on_suspect` alone.
-    pub probe: Option<(std::time::Duration, std::time::Duration)>,
+    pub probe: Option<(Duration, Duration)>,
     /// At start, also greet (`HowAreYou`, no answer awaited) the processes a single failure
     /// would make tree neighbors ([`recalc::standby`]): on a connection-oriented transport
     /// their connections then exist before a stabilization needs them.
     pub warm: bool,
+}
+
+/// What a process outside the view asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asking {
+    /// `NewNode`: a new process.
+    Join,
+    /// `NodeAlive`: a recovered process with its old id.
+    Rejoin,
+}
+
+/// A process on its way into the view.
+#[derive(Clone, Copy, Debug)]
+struct Joining {
+    asking: Asking,
+    /// Index in the initial list of the next process to ask.
+    next: usize,
+    /// How long to wait for `JoinDetAck` before asking the next one.
+    retry: Duration,
 }
 
 /// One process's membership state.
@@ -268,17 +321,33 @@ pub struct MembershipConfig {
 pub struct Membership {
     me: NodeId,
     cfg: MembershipConfig,
+    /// The initial view, sorted.
     initial: Vec<NodeId>,
-    failed: BTreeSet<NodeId>,
-    suspected: BTreeSet<NodeId>,
+    /// The installed epoch's state.
+    state: Regroup,
+    /// `state.dead` as a set.
+    dead: BTreeSet<u32>,
+    /// `initial ++ state.appended`.
+    list: Vec<NodeId>,
+    /// Suspects and the list position (incarnation) each was suspected at.
+    suspected: BTreeMap<NodeId, u32>,
     /// Suspects this process reported to a root (reported again after a root change).
     reported: BTreeSet<NodeId>,
     /// The installed view, shared with the events that announce it.
     view: Arc<[NodeId]>,
+    /// The live processes in list order (the view before sorting): the order the balanced
+    /// tree of `TreeMode::Rebalance` is laid over, so joiners land at the bottom and the root
+    /// is the first live process of the list in both modes.
+    order: Vec<NodeId>,
     /// This process's root, parent and children in the installed tree.
     nb: Neighbors,
-    epoch: u64,
+    /// Whether the installed epoch came with a `NewNodeJoin` (its acks are `NewNodeJoinAck`).
+    joining_epoch: bool,
     waiting: BTreeSet<NodeId>,
+    /// At the root: processes admitted in this epoch, welcomed once it is stable.
+    welcome: BTreeSet<NodeId>,
+    /// Outside the view and asking in.
+    joining: Option<Joining>,
     /// The driver's clock at the current call (events carry it).
     now: Time,
     version: u64,
@@ -292,27 +361,69 @@ impl Membership {
     pub fn new(me: NodeId, mut view: Vec<NodeId>, cfg: MembershipConfig) -> Self {
         view.sort_unstable();
         view.dedup();
-        let nb = recalc::rebalanced(&view, me, cfg.radix).unwrap_or(Neighbors {
-            root: view.first().copied().unwrap_or(me),
-            parent: None,
-            children: Vec::new(),
-        });
-        Self {
+        let mut m = Self {
             me,
             cfg,
+            list: view.clone(),
             view: view.clone().into(),
+            order: view.clone(),
             initial: view,
-            failed: BTreeSet::new(),
-            suspected: BTreeSet::new(),
+            state: Regroup {
+                epoch: 0,
+                dead: Vec::new(),
+                appended: Vec::new(),
+                root: me,
+            },
+            dead: BTreeSet::new(),
+            suspected: BTreeMap::new(),
             reported: BTreeSet::new(),
-            nb,
-            epoch: 0,
+            nb: Neighbors {
+                root: me,
+                parent: None,
+                children: Vec::new(),
+            },
+            joining_epoch: false,
             waiting: BTreeSet::new(),
+            welcome: BTreeSet::new(),
+            joining: None,
             now: Time::ZERO,
             version: 0,
             probe_seq: 0,
             outstanding: HashMap::new(),
+        };
+        m.nb = m.neighbors_in_state();
+        m.state.root = m.nb.root;
+        m
+    }
+
+    /// A new process outside the job, knowing the job's initial `view`: it asks the first
+    /// process of the list to join (`NewNode`), then the next one every `retry` until
+    /// welcomed.
+    pub fn joiner(me: NodeId, view: Vec<NodeId>, cfg: MembershipConfig, retry: Duration) -> Self {
+        let mut m = Self::new(me, view, cfg);
+        m.joining = Some(Joining {
+            asking: Asking::Join,
+            next: 0,
+            retry,
+        });
+        m.nb.parent = None;
+        m.nb.children.clear();
+        m
+    }
+
+    /// A process of the initial `view` that failed and restarted without its state: it asks to
+    /// come back with its old id (`NodeAlive`), the next process of the list every `retry`.
+    pub fn recovering(
+        me: NodeId,
+        view: Vec<NodeId>,
+        cfg: MembershipConfig,
+        retry: Duration,
+    ) -> Self {
+        let mut m = Self::joiner(me, view, cfg, retry);
+        if let Some(j) = &mut m.joining {
+            j.asking = Asking::Rejoin;
         }
+        m
     }
 
     /// The installed view.
@@ -327,7 +438,7 @@ impl Membership {
 
     /// The installed epoch.
     pub fn epoch(&self) -> u64 {
-        self.epoch
+        self.state.epoch
     }
 
     /// Whether this process is waiting for acknowledgments.
@@ -335,71 +446,148 @@ impl Membership {
         !self.waiting.is_empty()
     }
 
-    /// The view and this process's neighbors without the `failed` set, computed locally
-    /// (section 3.4; see [`recalc`]). A process that others declared failed keeps no
-    /// neighbors: it is out of the view.
-    fn tree_without(&self, failed: &BTreeSet<NodeId>) -> (Vec<NodeId>, Neighbors) {
-        let view = without(&self.initial, failed);
-        let a = self.cfg.radix;
-        let nb = match self.cfg.mode {
-            TreeMode::Rebalance => recalc::rebalanced(&view, self.me, a),
-            TreeMode::Patch => recalc::patched(&self.initial, failed, self.me, a),
-        };
-        let nb = nb.unwrap_or(Neighbors {
-            root: view.first().copied().unwrap_or(self.me),
-            parent: None,
-            children: Vec::new(),
-        });
-        (view, nb)
+    /// Whether this process is still asking to get in.
+    pub fn is_joining(&self) -> bool {
+        self.joining.is_some()
     }
 
-    /// Install epoch `epoch` without `failed`, forward it down, and wait for the acks.
+    /// The current list position of `id` (its latest incarnation).
+    fn position(&self, id: NodeId) -> Option<u32> {
+        let n = self.initial.len();
+        self.state
+            .appended
+            .iter()
+            .rposition(|&x| x == id)
+            .map(|p| (n + p) as u32)
+            .or_else(|| self.initial.binary_search(&id).ok().map(|r| r as u32))
+    }
+
+    /// Whether `id` is in the installed view.
+    fn is_live(&self, id: NodeId) -> bool {
+        self.position(id).is_some_and(|p| !self.dead.contains(&p))
+    }
+
+    /// This process's neighbors in the installed state, computed locally (section 3.4; see
+    /// [`recalc`]). A process outside the view has none.
+    fn neighbors_in_state(&self) -> Neighbors {
+        let a = self.cfg.radix;
+        let pos = self.position(self.me).filter(|p| !self.dead.contains(p));
+        let nb = pos.and_then(|p| match self.cfg.mode {
+            TreeMode::Rebalance => {
+                let rank = p - self.dead.range(..p).count() as u32;
+                recalc::rebalanced_at(&self.order, rank, a)
+            }
+            TreeMode::Patch => recalc::patched_at(&self.list, &self.dead, p, a),
+        });
+        nb.unwrap_or(Neighbors {
+            root: self.root_of_state(),
+            parent: None,
+            children: Vec::new(),
+        })
+    }
+
+    /// The root of the installed state: the first live process of the list.
+    fn root_of_state(&self) -> NodeId {
+        self.order.first().copied().unwrap_or(self.me)
+    }
+
+    /// Set the installed state (list, view, tree) without sending anything.
+    fn adopt(&mut self, state: Regroup) {
+        // Probes out to an incarnation that the new state replaces would time out on it.
+        let before: Vec<(NodeId, Option<u32>)> = self
+            .outstanding
+            .keys()
+            .map(|&id| (id, self.position(id)))
+            .collect();
+        self.dead = state.dead.iter().copied().collect();
+        if state.appended != self.state.appended {
+            self.list = self.initial.clone();
+            self.list.extend_from_slice(&state.appended);
+        }
+        self.state = state;
+        let mut order = without(&self.initial, &self.dead);
+        let n = self.initial.len();
+        for (i, &id) in self.state.appended.iter().enumerate() {
+            if !self.dead.contains(&((n + i) as u32)) {
+                order.push(id);
+            }
+        }
+        if self.state.appended.is_empty() {
+            self.view = order.as_slice().into();
+        } else {
+            let mut view = order.clone();
+            view.sort_unstable();
+            self.view = view.into();
+        }
+        self.order = order;
+        self.nb = self.neighbors_in_state();
+        self.state.root = self.nb.root;
+        // A suspect that came back (a new incarnation) is no longer suspected.
+        let positions: Vec<(NodeId, u32)> =
+            self.suspected.iter().map(|(&id, &p)| (id, p)).collect();
+        for (id, p) in positions {
+            if self.position(id) != Some(p) {
+                self.suspected.remove(&id);
+                self.reported.remove(&id);
+            }
+        }
+        for (id, p) in before {
+            if self.position(id) != p {
+                self.outstanding.remove(&id);
+            }
+        }
+        self.version += 1;
+    }
+
+    /// A member that finds itself dead in the installed state was excluded while alive (a
+    /// probe timed out on it): as the paper allows, it asks to come back like a recovered
+    /// process.
+    fn rejoin_if_excluded<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        if self.joining.is_none() && !self.is_live(self.me) && self.position(self.me).is_some() {
+            self.joining = Some(Joining {
+                asking: Asking::Rejoin,
+                next: 0,
+                retry: self
+                    .cfg
+                    .probe
+                    .map_or(Duration::from_millis(10), |(p, t)| p + t),
+            });
+            self.outstanding.clear();
+            self.waiting.clear();
+            self.ask(out);
+        }
+    }
+
+    /// Install `state`, forward it down with `kind`, and wait for the acks.
     fn install<M: From<MemberMsg>>(
         &mut self,
-        epoch: u64,
-        failed: BTreeSet<NodeId>,
-        root_changed: bool,
+        state: Regroup,
+        kind: fn(Regroup) -> MemberMsg,
+        joining_epoch: bool,
         out: &mut Outbox<M>,
     ) {
-        let (view, nb) = self.tree_without(&failed);
-        self.epoch = epoch;
-        self.failed = failed;
-        self.view = view.into();
-        self.nb = nb;
-        self.version += 1;
+        let epoch = state.epoch;
+        self.adopt(state);
+        self.joining_epoch = joining_epoch;
         out.report(Event::Member(MemberEvent::ViewChanged {
             epoch,
             view: self.view.clone(),
             at: self.now,
         }));
         let kids: Vec<NodeId> = self.nb.children.clone();
-        let set: Vec<NodeId> = self.failed.iter().copied().collect();
-        let root = self.nb.root;
         for &k in &kids {
-            let msg = if root_changed {
-                MemberMsg::RootDead {
-                    epoch,
-                    failed: set.clone(),
-                    root,
-                }
-            } else {
-                MemberMsg::FailedNode {
-                    epoch,
-                    failed: set.clone(),
-                    root,
-                }
-            };
-            out.send(k, msg);
+            out.send(k, kind(self.state.clone()));
         }
         self.waiting = kids.into_iter().collect();
         // Failures this process reported may have been lost with an old root, and a suspect
         // may have just become its neighbor: report whatever the new epoch still lacks.
+        let root = self.nb.root;
         if root != self.me {
             let pending: Vec<NodeId> = self
                 .suspected
-                .iter()
+                .keys()
                 .copied()
-                .filter(|s| !self.failed.contains(s) && *s != root)
+                .filter(|&s| self.is_live(s) && s != root)
                 .filter(|s| {
                     self.reported.contains(s)
                         || self.nb.parent == Some(*s)
@@ -412,26 +600,54 @@ impl Membership {
             }
         }
         self.maybe_ack(out);
+        self.rejoin_if_excluded(out);
     }
 
-    /// All children acknowledged: tell the parent, or, at the root, report stabilization.
+    /// All children acknowledged: tell the parent, or, at the root, report stabilization and
+    /// welcome this epoch's joiners.
     fn maybe_ack<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
         if !self.waiting.is_empty() {
             return;
         }
+        let epoch = self.state.epoch;
         match self.nb.parent {
-            Some(p) => out.send(p, MemberMsg::FailureAck { epoch: self.epoch }),
-            None if self.epoch > 0 => out.report(Event::Member(MemberEvent::Stabilized {
-                epoch: self.epoch,
-                at: self.now,
-            })),
+            Some(p) if self.joining_epoch => out.send(p, MemberMsg::NewNodeJoinAck { epoch }),
+            Some(p) => out.send(p, MemberMsg::FailureAck { epoch }),
+            None if epoch > 0 && self.nb.root == self.me => {
+                out.report(Event::Member(MemberEvent::Stabilized {
+                    epoch,
+                    at: self.now,
+                }));
+                // A joiner whose incarnation died meanwhile is not welcomed: it asks again.
+                for j in std::mem::take(&mut self.welcome) {
+                    if self.is_live(j) {
+                        out.send(j, MemberMsg::JoinDetAck(self.state.clone()));
+                    }
+                }
+            }
             None => {}
         }
     }
 
-    /// The root starts a new epoch with `d` added to the failed set, together with every
-    /// process it suspects itself (a root that took over because all ids before it seemed dead
-    /// must leave them out of the tree too).
+    /// The next state: the installed one with the suspects' positions dead, `epoch + 1`.
+    fn next_state(&self) -> Regroup {
+        let mut dead = self.dead.clone();
+        for (&id, &p) in &self.suspected {
+            if id != self.me && self.position(id) == Some(p) {
+                dead.insert(p);
+            }
+        }
+        Regroup {
+            epoch: self.state.epoch + 1,
+            dead: dead.into_iter().collect(),
+            appended: self.state.appended.clone(),
+            root: self.me,
+        }
+    }
+
+    /// The root starts a new epoch with `d` dead, together with every process it suspects
+    /// itself (a root that took over because all ids before it seemed dead must leave them
+    /// out of the tree too).
     fn root_handles<M: From<MemberMsg>>(
         &mut self,
         d: NodeId,
@@ -441,35 +657,64 @@ impl Membership {
         if d == self.me {
             return;
         }
-        self.suspected.insert(d);
-        let mut failed = self.failed.clone();
-        failed.extend(self.suspected.iter().copied().filter(|&s| s != self.me));
-        if failed.len() == self.failed.len() {
+        if let Some(p) = self.position(d).filter(|p| !self.dead.contains(p)) {
+            self.suspected.entry(d).or_insert(p);
+        }
+        let next = self.next_state();
+        if next.dead == self.state.dead {
             return; // nothing new
         }
-        self.install(self.epoch + 1, failed, root_changed, out);
+        let kind = if root_changed {
+            MemberMsg::RootDead
+        } else {
+            MemberMsg::FailedNode
+        };
+        self.install(next, kind, false, out);
     }
 
-    /// The live process after `d` in the list that this process believes alive.
+    /// The root admits `id` (new, or a new incarnation of a dead process) at the end of the
+    /// list, or welcomes at once a process already in a stable view.
+    fn root_admits<M: From<MemberMsg>>(&mut self, id: NodeId, out: &mut Outbox<M>) {
+        if self.is_live(id) {
+            if !self.welcome.contains(&id) {
+                if self.waiting.is_empty() {
+                    out.send(id, MemberMsg::JoinDetAck(self.state.clone()));
+                } else {
+                    self.welcome.insert(id);
+                }
+            }
+            return;
+        }
+        let mut next = self.next_state();
+        next.appended.push(id);
+        self.welcome.insert(id);
+        self.install(next, MemberMsg::NewNodeJoin, true, out);
+    }
+
+    /// The live process after `d` in list order that this process believes alive.
     fn next_live(&self, d: NodeId) -> Option<NodeId> {
-        self.view
+        self.order
             .iter()
             .copied()
-            .find(|&id| id != d && !self.failed.contains(&id) && !self.suspected.contains(&id))
+            .find(|&id| id != d && !self.suspected.contains_key(&id))
     }
 
     /// A suspected failure of `peer` (detection).
     pub fn suspect<M: From<MemberMsg>>(&mut self, peer: NodeId, out: &mut Outbox<M>) {
-        if self.failed.contains(&peer) || self.view.binary_search(&peer).is_err() {
+        let Some(pos) = self.position(peer).filter(|p| !self.dead.contains(p)) else {
             return;
-        }
+        };
         self.outstanding.remove(&peer);
         // A child we wait for is gone: stop waiting; the new epoch will come down.
         self.waiting.remove(&peer);
-        if !self.suspected.insert(peer) {
+        if self.suspected.get(&peer) == Some(&pos) {
             return; // already handled (a second connection to the same peer, say)
         }
+        self.suspected.insert(peer, pos);
         out.report(Event::Member(MemberEvent::Detected { peer, at: self.now }));
+        if self.joining.is_some() {
+            return; // not a member yet: nothing to report to
+        }
         let root = self.nb.root;
         let neighbor = self.nb.parent == Some(peer) || self.nb.children.contains(&peer);
         if root == peer {
@@ -496,47 +741,117 @@ impl Membership {
         msg: MemberMsg,
         out: &mut Outbox<M>,
     ) {
+        let i_am_root = self.nb.root == self.me && self.joining.is_none();
         match msg {
             MemberMsg::NodeFailure { failed } => {
                 out.send(from, MemberMsg::FailureDetAck { failed });
-                if Some(self.nb.root) == Some(self.me) {
+                if i_am_root {
                     self.root_handles(failed, false, out);
-                } else if let Some(r) = Some(self.nb.root) {
+                } else if self.joining.is_none() {
                     // Not (or no longer) the root: pass it on.
-                    out.send(r, MemberMsg::NodeFailure { failed });
+                    out.send(self.nb.root, MemberMsg::NodeFailure { failed });
                 }
             }
             MemberMsg::RootFailure { failed } => {
                 out.send(from, MemberMsg::FailureDetAck { failed });
-                self.suspected.insert(failed);
-                if Some(self.nb.root) == Some(failed) {
+                if let Some(p) = self.position(failed).filter(|p| !self.dead.contains(p)) {
+                    self.suspected.insert(failed, p);
+                }
+                if self.nb.root == failed {
                     self.root_handles(failed, true, out);
-                } else if Some(self.nb.root) == Some(self.me) {
+                } else if i_am_root {
                     // Already root (an earlier report): treat it as a node failure.
                     self.root_handles(failed, false, out);
                 }
             }
-            MemberMsg::FailedNode { epoch, failed, .. }
-            | MemberMsg::RootDead { epoch, failed, .. } => {
-                if epoch <= self.epoch {
-                    return; // old or duplicate
-                }
-                let root_changed = failed.iter().any(|&f| Some(self.nb.root) == Some(f));
-                self.install(epoch, failed.into_iter().collect(), root_changed, out);
-            }
-            MemberMsg::FailureAck { epoch } => {
-                if epoch == self.epoch && self.waiting.remove(&from) {
+            MemberMsg::FailedNode(r) | MemberMsg::RootDead(r) | MemberMsg::NewNodeJoin(r)
+                if r.epoch <= self.state.epoch => {} // old or duplicate
+            MemberMsg::FailedNode(r) => self.install(r, MemberMsg::FailedNode, false, out),
+            MemberMsg::RootDead(r) => self.install(r, MemberMsg::RootDead, false, out),
+            MemberMsg::NewNodeJoin(r) => self.install(r, MemberMsg::NewNodeJoin, true, out),
+            MemberMsg::FailureAck { epoch } | MemberMsg::NewNodeJoinAck { epoch } => {
+                if epoch == self.state.epoch && self.waiting.remove(&from) {
                     self.maybe_ack(out);
                 }
             }
             MemberMsg::FailureDetAck { .. } => {}
-            MemberMsg::HowAreYou { seq } => out.send(from, MemberMsg::IAmFine { seq }),
+            MemberMsg::NewNode { id } | MemberMsg::NodeAlive { id } => {
+                if i_am_root {
+                    self.root_admits(id, out);
+                } else if self.joining.is_some() {
+                } else if self.nb.root == id {
+                    // The root itself restarted without its state: its old incarnation is
+                    // gone, which is a root failure; the next root will admit it.
+                    self.suspect(id, out);
+                } else {
+                    out.send(self.nb.root, MemberMsg::NewNode { id });
+                }
+            }
+            MemberMsg::JoinDetAck(r) => {
+                if self.joining.take().is_some() {
+                    out.cancel_timer(JOIN_TIMER);
+                    if r.epoch > self.state.epoch {
+                        self.adopt(r);
+                        out.report(Event::Member(MemberEvent::ViewChanged {
+                            epoch: self.state.epoch,
+                            view: self.view.clone(),
+                            at: self.now,
+                        }));
+                    } else {
+                        // Already in this epoch's tree (or a later one): take up its place.
+                        self.nb = self.neighbors_in_state();
+                    }
+                    out.report(Event::Member(MemberEvent::Joined {
+                        epoch: self.state.epoch,
+                        at: self.now,
+                    }));
+                    self.rejoin_if_excluded(out);
+                    if self.cfg.probe.is_some() {
+                        let now = self.now;
+                        self.probe(now, out);
+                    }
+                }
+            }
+            MemberMsg::HowAreYou { seq } => {
+                out.send(from, MemberMsg::IAmFine { seq });
+                // A process this view excluded still probes: show it the state that
+                // excludes it, so it asks to come back.
+                if self.joining.is_none() && !self.is_live(from) && self.position(from).is_some() {
+                    out.send(from, MemberMsg::FailedNode(self.state.clone()));
+                }
+            }
             MemberMsg::IAmFine { seq } => {
                 if self.outstanding.get(&from).is_some_and(|&(s, _)| s == seq) {
                     self.outstanding.remove(&from);
                 }
             }
         }
+    }
+
+    /// Ask the next process of the list to let this one in.
+    fn ask<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
+        let n = self.initial.len();
+        let mut target = None;
+        for _ in 0..n {
+            let id = self.initial[j.next % n];
+            j.next = (j.next + 1) % n;
+            if id != self.me {
+                target = Some(id);
+                break;
+            }
+        }
+        let msg = match j.asking {
+            Asking::Join => MemberMsg::NewNode { id: self.me },
+            Asking::Rejoin => MemberMsg::NodeAlive { id: self.me },
+        };
+        let retry = j.retry;
+        if let Some(t) = target {
+            out.send(t, msg);
+        }
+        out.set_timer(JOIN_TIMER, retry);
     }
 
     /// A probe round: ask every tree neighbor that has no probe pending.
@@ -551,7 +866,7 @@ impl Membership {
             .chain(self.nb.children.iter().copied())
             .collect();
         for p in neighbors {
-            if self.outstanding.contains_key(&p) || self.suspected.contains(&p) {
+            if self.outstanding.contains_key(&p) || self.suspected.contains_key(&p) {
                 continue;
             }
             self.probe_seq += 1;
@@ -591,6 +906,10 @@ impl Protocol for Membership {
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<MemberMsg>) {
         self.now = now;
+        if self.joining.is_some() {
+            self.ask(out);
+            return;
+        }
         // A first round at once: it opens the connections to the tree neighbors, so a
         // failure is seen (as a lost connection) from the start.
         self.probe(now, out);
@@ -612,6 +931,7 @@ impl Protocol for Membership {
         match timer {
             PROBE_TIMER => self.probe(now, out),
             TIMEOUT_TIMER => self.expire(now, out),
+            JOIN_TIMER => self.ask(out),
             _ => {}
         }
     }
@@ -673,13 +993,14 @@ mod tests {
     }
 
     #[test]
-    fn a_view_without_some_ids() {
+    fn a_view_without_some_positions() {
         let list = ids(&[1, 3, 5, 7, 9]);
-        let gone = |v: &[u64]| v.iter().map(|&i| NodeId(i)).collect::<BTreeSet<_>>();
+        let gone = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
         assert_eq!(without(&list, &gone(&[])), list);
-        assert_eq!(without(&list, &gone(&[1, 9])), ids(&[3, 5, 7]));
-        assert_eq!(without(&list, &gone(&[2, 5, 6, 100])), ids(&[1, 3, 7, 9]));
-        assert_eq!(without(&list, &gone(&[1, 3, 5, 7, 9])), ids(&[]));
+        assert_eq!(without(&list, &gone(&[0, 4])), ids(&[3, 5, 7]));
+        // Positions past the list (appended processes) are not this list's.
+        assert_eq!(without(&list, &gone(&[2, 7, 100])), ids(&[1, 3, 7, 9]));
+        assert_eq!(without(&list, &gone(&[0, 1, 2, 3, 4])), ids(&[]));
     }
 
     #[test]

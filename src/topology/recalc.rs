@@ -28,12 +28,20 @@ pub struct Neighbors {
 /// `me`'s neighbors in the balanced radix tree of radix `a` over the sorted `view`; `None` if
 /// `me` is not in the view.
 pub fn rebalanced(view: &[NodeId], me: NodeId, a: u32) -> Option<Neighbors> {
-    let t = RadixTree::new(view.len() as u32, a).ok()?;
     let r = view.binary_search(&me).ok()? as u32;
+    rebalanced_at(view, r, a)
+}
+
+/// The neighbors of rank `r` in the balanced radix tree over `order` (ids in tree order).
+pub fn rebalanced_at(order: &[NodeId], r: u32, a: u32) -> Option<Neighbors> {
+    let t = RadixTree::new(order.len() as u32, a).ok()?;
+    if r as usize >= order.len() {
+        return None;
+    }
     Some(Neighbors {
-        root: view[0],
-        parent: t.parent(Rank(r)).map(|p| view[p.0 as usize]),
-        children: t.children(Rank(r)).map(|c| view[c.0 as usize]).collect(),
+        root: order[0],
+        parent: t.parent(Rank(r)).map(|p| order[p.0 as usize]),
+        children: t.children(Rank(r)).map(|c| order[c.0 as usize]).collect(),
     })
 }
 
@@ -45,62 +53,73 @@ pub fn patched(
     me: NodeId,
     a: u32,
 ) -> Option<Neighbors> {
-    if failed.contains(&me) {
+    let dead: BTreeSet<u32> = failed
+        .iter()
+        .filter_map(|f| initial.binary_search(f).ok())
+        .map(|r| r as u32)
+        .collect();
+    let me = initial.binary_search(&me).ok()? as u32;
+    patched_at(initial, &dead, me, a)
+}
+
+/// The same over positions: the radix tree over the positions of `list` (any ids, in list
+/// order), patched for the `dead` positions; the neighbors of position `me`.
+pub fn patched_at(list: &[NodeId], dead: &BTreeSet<u32>, me: u32, a: u32) -> Option<Neighbors> {
+    if dead.contains(&me) || me as usize >= list.len() {
         return None;
     }
-    let t = Patched::new(initial, failed, a)?;
-    initial.binary_search(&me).ok()?;
+    let t = Patched::new(list.len() as u32, dead, a)?;
     let parent = if me == t.root {
         None
     } else {
         let mut p = t.parent(me);
-        while let Some(x) = p.filter(|x| failed.contains(x)) {
+        while let Some(x) = p.filter(|x| dead.contains(x)) {
             p = t.parent(x);
         }
         p
     };
     let mut children = Vec::new();
     t.expand(&t.children(me), &mut children);
+    let id = |r: u32| list[r as usize];
     Some(Neighbors {
-        root: t.root,
-        parent,
-        children,
+        root: id(t.root),
+        parent: parent.map(id),
+        children: children.into_iter().map(id).collect(),
     })
 }
 
-/// The initial tree after the root replacements, as overrides of the radix formulas.
+/// The radix tree over positions after the root replacements, as overrides of its formulas.
 struct Patched<'a> {
-    initial: &'a [NodeId],
-    failed: &'a BTreeSet<NodeId>,
+    dead: &'a BTreeSet<u32>,
     t: RadixTree,
-    root: NodeId,
-    parent_of: HashMap<NodeId, Option<NodeId>>,
-    children_of: HashMap<NodeId, Vec<NodeId>>,
+    root: u32,
+    parent_of: HashMap<u32, Option<u32>>,
+    children_of: HashMap<u32, Vec<u32>>,
 }
 
 impl<'a> Patched<'a> {
-    fn new(initial: &'a [NodeId], failed: &'a BTreeSet<NodeId>, a: u32) -> Option<Self> {
-        let t = RadixTree::new(initial.len() as u32, a).ok()?;
-        // The leading failed ids are the roots that fail in turn.
-        let k = initial.iter().take_while(|id| failed.contains(id)).count();
-        let root = *initial.get(k)?;
+    fn new(n: u32, dead: &'a BTreeSet<u32>, a: u32) -> Option<Self> {
+        let t = RadixTree::new(n, a).ok()?;
+        // The leading dead positions are the roots that fail in turn.
+        let k = (0..n).take_while(|r| dead.contains(r)).count() as u32;
+        if k >= n {
+            return None;
+        }
         let mut p = Patched {
-            initial,
-            failed,
+            dead,
             t,
-            root,
+            root: k,
             parent_of: HashMap::new(),
             children_of: HashMap::new(),
         };
-        for i in 0..k {
-            let (old, new) = (initial[i], initial[i + 1]);
+        for old in 0..k {
+            let new = old + 1;
             if let Some(q) = p.parent(new) {
                 let mut v = p.children(q);
                 v.retain(|&c| c != new);
                 p.children_of.insert(q, v);
             }
-            let mut merged: Vec<NodeId> =
-                p.children(old).into_iter().filter(|&c| c != new).collect();
+            let mut merged: Vec<u32> = p.children(old).into_iter().filter(|&c| c != new).collect();
             for &c in &merged {
                 p.parent_of.insert(c, Some(new));
             }
@@ -112,36 +131,24 @@ impl<'a> Patched<'a> {
         Some(p)
     }
 
-    fn rank(&self, id: NodeId) -> Option<Rank> {
-        self.initial.binary_search(&id).ok().map(|r| Rank(r as u32))
-    }
-
-    fn parent(&self, id: NodeId) -> Option<NodeId> {
-        if let Some(&p) = self.parent_of.get(&id) {
+    fn parent(&self, r: u32) -> Option<u32> {
+        if let Some(&p) = self.parent_of.get(&r) {
             return p;
         }
-        let r = self.rank(id)?;
-        self.t.parent(r).map(|p| self.initial[p.0 as usize])
+        self.t.parent(Rank(r)).map(|p| p.0)
     }
 
-    fn children(&self, id: NodeId) -> Vec<NodeId> {
-        if let Some(v) = self.children_of.get(&id) {
+    fn children(&self, r: u32) -> Vec<u32> {
+        if let Some(v) = self.children_of.get(&r) {
             return v.clone();
         }
-        match self.rank(id) {
-            Some(r) => self
-                .t
-                .children(r)
-                .map(|c| self.initial[c.0 as usize])
-                .collect(),
-            None => Vec::new(),
-        }
+        self.t.children(Rank(r)).map(|c| c.0).collect()
     }
 
-    /// Replace every failed process of `list` by its own (expanded) children, in place.
-    fn expand(&self, list: &[NodeId], out: &mut Vec<NodeId>) {
+    /// Replace every dead position of `list` by its own (expanded) children, in place.
+    fn expand(&self, list: &[u32], out: &mut Vec<u32>) {
         for &c in list {
-            if self.failed.contains(&c) {
+            if self.dead.contains(&c) {
                 self.expand(&self.children(c), out);
             } else {
                 out.push(c);

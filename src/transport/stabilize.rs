@@ -207,6 +207,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
                     break (epoch, at);
                 }
             }
+            MemberEvent::Joined { .. } => {}
         }
     };
 

@@ -10,6 +10,46 @@ use crate::NodeId;
 use rkyv::rancor::BoxedError;
 use rkyv::{Archive, Deserialize, Serialize};
 
+/// A membership epoch's state on the wire ([`crate::proto::membership::Regroup`]).
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct WireRegroup {
+    /// Stabilization epoch.
+    pub epoch: u64,
+    /// Dead positions of the list.
+    pub dead: Vec<u32>,
+    /// Processes appended to the initial view.
+    pub appended: Vec<u64>,
+    /// The epoch's root.
+    pub root: u64,
+}
+
+impl From<crate::proto::membership::Regroup> for WireRegroup {
+    fn from(r: crate::proto::membership::Regroup) -> Self {
+        WireRegroup {
+            epoch: r.epoch,
+            dead: r.dead,
+            appended: r.appended.into_iter().map(|i| i.0).collect(),
+            root: r.root.0,
+        }
+    }
+}
+
+impl ArchivedWireRegroup {
+    fn to_native(&self) -> crate::proto::membership::Regroup {
+        crate::proto::membership::Regroup {
+            epoch: self.epoch.to_native(),
+            dead: self.dead.iter().map(|d| d.to_native()).collect(),
+            appended: self
+                .appended
+                .iter()
+                .map(|i| NodeId(i.to_native()))
+                .collect(),
+            root: NodeId(self.root.to_native()),
+        }
+    }
+}
+
 /// Every message weft sends. Variants keep the papers' names; later protocols add theirs.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
@@ -97,23 +137,40 @@ pub enum Msg {
         /// The failed root.
         failed: u64,
     },
-    /// Membership: recalculate without `failed`, down the tree.
+    /// Membership: recalculate after failures, down the tree.
     FailedNode {
-        /// Stabilization epoch.
-        epoch: u64,
-        /// Every failed process so far.
-        failed: Vec<u64>,
-        /// The epoch's root.
-        root: u64,
+        /// The epoch's state.
+        state: WireRegroup,
     },
     /// Membership: as `FailedNode`, after a root failure.
     RootDead {
+        /// The epoch's state.
+        state: WireRegroup,
+    },
+    /// Membership: recalculate after a join or a recovery, down the tree.
+    NewNodeJoin {
+        /// The epoch's state.
+        state: WireRegroup,
+    },
+    /// Membership: a join's subtree is stable, up the tree.
+    NewNodeJoinAck {
         /// Stabilization epoch.
         epoch: u64,
-        /// Every failed process so far.
-        failed: Vec<u64>,
-        /// The new root.
-        root: u64,
+    },
+    /// Membership: a new process asks to join.
+    NewNode {
+        /// Its id.
+        id: u64,
+    },
+    /// Membership: a recovered process asks to come back.
+    NodeAlive {
+        /// Its id.
+        id: u64,
+    },
+    /// Membership: root → joiner, welcome.
+    JoinDetAck {
+        /// The state to adopt.
+        state: WireRegroup,
     },
     /// Membership: my subtree is stable in `epoch`, up the tree.
     FailureAck {
@@ -239,40 +296,26 @@ impl WireMsg for crate::proto::relay::RelayMsg {
 impl WireMsg for crate::proto::membership::MemberMsg {
     fn to_wire(self) -> Msg {
         use crate::proto::membership::MemberMsg as M;
-        let ids = |v: Vec<NodeId>| v.into_iter().map(|i| i.0).collect();
         match self {
             M::HowAreYou { seq } => Msg::HowAreYou { seq },
             M::IAmFine { seq } => Msg::IAmFine { seq },
             M::NodeFailure { failed } => Msg::NodeFailure { failed: failed.0 },
             M::FailureDetAck { failed } => Msg::FailureDetAck { failed: failed.0 },
             M::RootFailure { failed } => Msg::RootFailure { failed: failed.0 },
-            M::FailedNode {
-                epoch,
-                failed,
-                root,
-            } => Msg::FailedNode {
-                epoch,
-                failed: ids(failed),
-                root: root.0,
-            },
-            M::RootDead {
-                epoch,
-                failed,
-                root,
-            } => Msg::RootDead {
-                epoch,
-                failed: ids(failed),
-                root: root.0,
-            },
+            M::FailedNode(r) => Msg::FailedNode { state: r.into() },
+            M::RootDead(r) => Msg::RootDead { state: r.into() },
+            M::NewNodeJoin(r) => Msg::NewNodeJoin { state: r.into() },
             M::FailureAck { epoch } => Msg::FailureAck { epoch },
+            M::NewNodeJoinAck { epoch } => Msg::NewNodeJoinAck { epoch },
+            M::NewNode { id } => Msg::NewNode { id: id.0 },
+            M::NodeAlive { id } => Msg::NodeAlive { id: id.0 },
+            M::JoinDetAck(r) => Msg::JoinDetAck { state: r.into() },
         }
     }
 
     fn from_wire(m: &ArchivedMsg) -> Option<Self> {
         use crate::proto::membership::MemberMsg as M;
-        let ids = |v: &rkyv::vec::ArchivedVec<rkyv::rend::u64_le>| {
-            v.iter().map(|i| NodeId(i.to_native())).collect()
-        };
+        let id = |x: &rkyv::rend::u64_le| NodeId(x.to_native());
         Some(match m {
             ArchivedMsg::HowAreYou { seq } => M::HowAreYou {
                 seq: seq.to_native(),
@@ -280,36 +323,21 @@ impl WireMsg for crate::proto::membership::MemberMsg {
             ArchivedMsg::IAmFine { seq } => M::IAmFine {
                 seq: seq.to_native(),
             },
-            ArchivedMsg::NodeFailure { failed } => M::NodeFailure {
-                failed: NodeId(failed.to_native()),
-            },
-            ArchivedMsg::FailureDetAck { failed } => M::FailureDetAck {
-                failed: NodeId(failed.to_native()),
-            },
-            ArchivedMsg::RootFailure { failed } => M::RootFailure {
-                failed: NodeId(failed.to_native()),
-            },
-            ArchivedMsg::FailedNode {
-                epoch,
-                failed,
-                root,
-            } => M::FailedNode {
-                epoch: epoch.to_native(),
-                failed: ids(failed),
-                root: NodeId(root.to_native()),
-            },
-            ArchivedMsg::RootDead {
-                epoch,
-                failed,
-                root,
-            } => M::RootDead {
-                epoch: epoch.to_native(),
-                failed: ids(failed),
-                root: NodeId(root.to_native()),
-            },
+            ArchivedMsg::NodeFailure { failed } => M::NodeFailure { failed: id(failed) },
+            ArchivedMsg::FailureDetAck { failed } => M::FailureDetAck { failed: id(failed) },
+            ArchivedMsg::RootFailure { failed } => M::RootFailure { failed: id(failed) },
+            ArchivedMsg::FailedNode { state } => M::FailedNode(state.to_native()),
+            ArchivedMsg::RootDead { state } => M::RootDead(state.to_native()),
+            ArchivedMsg::NewNodeJoin { state } => M::NewNodeJoin(state.to_native()),
             ArchivedMsg::FailureAck { epoch } => M::FailureAck {
                 epoch: epoch.to_native(),
             },
+            ArchivedMsg::NewNodeJoinAck { epoch } => M::NewNodeJoinAck {
+                epoch: epoch.to_native(),
+            },
+            ArchivedMsg::NewNode { id: x } => M::NewNode { id: id(x) },
+            ArchivedMsg::NodeAlive { id: x } => M::NodeAlive { id: id(x) },
+            ArchivedMsg::JoinDetAck { state } => M::JoinDetAck(state.to_native()),
             _ => return None,
         })
     }
@@ -318,7 +346,7 @@ impl WireMsg for crate::proto::membership::MemberMsg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::membership::MemberMsg;
+    use crate::proto::membership::{MemberMsg, Regroup};
     use crate::wire::FrameDecoder;
 
     /// Every membership message survives framing, validation and reading in place.
@@ -330,17 +358,34 @@ mod tests {
             MemberMsg::NodeFailure { failed: NodeId(3) },
             MemberMsg::FailureDetAck { failed: NodeId(3) },
             MemberMsg::RootFailure { failed: NodeId(0) },
-            MemberMsg::FailedNode {
+            MemberMsg::FailedNode(Regroup {
                 epoch: 2,
-                failed: vec![NodeId(3), NodeId(9)],
+                dead: vec![3, 9],
+                appended: vec![],
                 root: NodeId(0),
-            },
-            MemberMsg::RootDead {
+            }),
+            MemberMsg::RootDead(Regroup {
                 epoch: 3,
-                failed: vec![NodeId(0)],
+                dead: vec![0],
+                appended: vec![NodeId(40)],
                 root: NodeId(1),
-            },
+            }),
+            MemberMsg::NewNodeJoin(Regroup {
+                epoch: 4,
+                dead: vec![0, 7],
+                appended: vec![NodeId(40), NodeId(7)],
+                root: NodeId(1),
+            }),
             MemberMsg::FailureAck { epoch: 3 },
+            MemberMsg::NewNodeJoinAck { epoch: 4 },
+            MemberMsg::NewNode { id: NodeId(40) },
+            MemberMsg::NodeAlive { id: NodeId(7) },
+            MemberMsg::JoinDetAck(Regroup {
+                epoch: 4,
+                dead: vec![],
+                appended: vec![NodeId(40)],
+                root: NodeId(1),
+            }),
         ];
         let mut bytes = Vec::new();
         for m in &msgs {
