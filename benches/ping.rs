@@ -40,12 +40,11 @@ fn weft_rtts(backend: Backend, size: usize, iters: u64) -> Duration {
         }
     }
     let pinger = c
-        .nodes
+        .stop_all()
+        .expect("stop")
         .into_iter()
         .next()
-        .expect("node 0")
-        .stop()
-        .expect("stop");
+        .expect("node 0");
     Duration::from_nanos(pinger.samples().iter().map(|&(_, rtt)| rtt).sum())
 }
 

@@ -73,7 +73,7 @@ fn ping_pong_over_loopback_all_sizes_on(backend: Backend) {
             .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
         "{seen:?}"
     );
-    let pinger = c.nodes.into_iter().next().unwrap().stop().unwrap();
+    let pinger = c.stop_all().unwrap().into_iter().next().unwrap();
     let trips: Vec<usize> = pinger.samples().iter().map(|&(size, _)| size).collect();
     assert_eq!(trips.len(), 150);
     for s in &sizes {
@@ -116,7 +116,7 @@ fn overlay_builds_the_bmg_on_real_sockets_on(backend: Backend) {
             == n
     });
     std::thread::sleep(Duration::from_millis(300)); // let the last BMG levels land
-    let finals: Vec<Overlay> = c.nodes.into_iter().map(|mut h| h.stop().unwrap()).collect();
+    let finals: Vec<Overlay> = c.stop_all().unwrap();
     let order = tree.preorder();
     let mut pos = vec![0u32; n];
     for (i, &p) in order.iter().enumerate() {
@@ -153,7 +153,7 @@ fn a_stopped_peer_is_reported_not_hung_on() {
 }
 
 fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
-    let c = Cluster::start(2, opts_for(backend), |i, ids| {
+    let mut c = Cluster::start(2, opts_for(backend), |i, ids| {
         if i == 0 {
             PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
         } else {
@@ -161,14 +161,13 @@ fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
         }
     })
     .unwrap();
-    let mut nodes = c.nodes;
     // Let traffic flow, then kill the ponger mid-stream.
     collect(&c.events, 5, |s| {
         s.iter()
             .any(|(_, e)| matches!(e, NodeEvent::Authenticated(_)))
     });
     std::thread::sleep(Duration::from_millis(100));
-    let mut ponger = nodes.pop().unwrap();
+    let mut ponger = c.nodes.pop().unwrap();
     ponger.stop().unwrap();
     let seen = collect(&c.events, 5, |s| {
         s.iter()
@@ -195,7 +194,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         max_body: 1 << 20,
         ..opts_for(backend)
     };
-    let c = Cluster::start(2, o, |_, _| PingPong::ponger()).unwrap();
+    let mut c = Cluster::start(2, o, |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
     let refused = |seen: &[(NodeId, NodeEvent)]| {
         seen.iter()
@@ -274,9 +273,8 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
 
     // Through all of it node 1 still serves a legitimate peer: node 0 pings it.
     // (A fresh node 0 replaces the cluster's idle one; node 1 learns its new address.)
-    let mut nodes = c.nodes;
-    let ponger = nodes.pop().unwrap();
-    nodes.pop().unwrap().stop().unwrap();
+    let ponger = c.nodes.pop().unwrap();
+    c.nodes.pop().unwrap().stop().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let l = weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     ponger.add_peer(NodeId(0), l.local_addr().unwrap());

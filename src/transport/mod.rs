@@ -12,6 +12,7 @@
 //! ```
 
 pub mod ping;
+pub mod process;
 pub mod relay;
 pub mod stabilize;
 
@@ -349,15 +350,37 @@ where
         })
     }
 
-    /// Stop every node and reactor; the first reactor error, if any.
+    /// Stop every reactor, and with them every node still running; the first reactor error,
+    /// if any. The job is over, so connections are reset rather than closed in order (see
+    /// the reactor): a run of many jobs does not fill the port space with TIME_WAIT.
     pub fn shutdown(mut self) -> Result<(), EngineError> {
-        for node in &mut self.nodes {
-            node.kill();
-        }
         let mut result = Ok(());
         for r in &mut self.reactors {
             result = result.and(r.join());
         }
         result
+    }
+
+    /// Stop every reactor (as [`Cluster::shutdown`]) and return every node's protocol, in id
+    /// order (nodes stopped earlier have already returned theirs: they are skipped).
+    pub fn stop_all(mut self) -> Result<Vec<P>, EngineError> {
+        for r in &mut self.reactors {
+            r.join()?;
+        }
+        let mut out = Vec::with_capacity(self.nodes.len());
+        for node in self.nodes.iter_mut().filter(|n| !n.stopped) {
+            out.push(node.stop()?);
+        }
+        Ok(out)
+    }
+}
+
+impl<P> Drop for Cluster<P> {
+    fn drop(&mut self) {
+        // Reactors first: each stops all its nodes at once (dropping the handles one by one
+        // would stop the nodes one at a time, in order, each a graceful close).
+        for r in &mut self.reactors {
+            let _ = r.join();
+        }
     }
 }

@@ -103,8 +103,11 @@ pub fn engine(
             }
         }
     }
-    let mut nodes = cluster.nodes.into_iter();
-    let pinger = nodes.next().ok_or(EngineError::Panicked)?.stop()?;
+    let pinger = cluster
+        .stop_all()?
+        .into_iter()
+        .next()
+        .ok_or(EngineError::Gone)?;
     let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();
     for &(size, rtt) in pinger.samples() {
         rtts.entry(size).or_default().push(rtt);

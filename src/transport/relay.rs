@@ -49,7 +49,7 @@ pub fn per_message_cost(
         .unwrap_or_else(crate::engine::online_cpus)
         .clamp(1, nodes as usize) as u32;
     let n = nodes as u64;
-    let mut cluster = Cluster::start(nodes as usize, opts, |i, _| {
+    let cluster = Cluster::start(nodes as usize, opts, |i, _| {
         Relay::new(i as u64, n, tokens as u64, laps)
     })?;
     let mut done = 0;
@@ -69,14 +69,7 @@ pub fn per_message_cost(
             }
         }
     }
-    for node in &mut cluster.nodes {
-        node.kill();
-    }
-    let mut relays = Vec::with_capacity(nodes as usize);
-    for node in &mut cluster.nodes {
-        relays.push(node.stop()?);
-    }
-    cluster.shutdown()?;
+    let relays = cluster.stop_all()?;
     let start = relays.iter().filter_map(|r| r.warm_at()).min();
     let end = relays.iter().filter_map(|r| r.done_at()).max();
     let (Some(start), Some(end)) = (start, end) else {

@@ -220,9 +220,6 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
             .is_some_and(|(e, v)| *e == stable_epoch && v[..] == survivors[..])
     });
     // Stop everyone at once, so no survivor reacts to the others leaving one by one.
-    for h in cluster.nodes.iter_mut() {
-        h.kill();
-    }
     cluster.shutdown()?;
     let detected = detected.unwrap_or(stable_at);
     Ok(Trial {
