@@ -4,6 +4,7 @@
 pub mod bench_stabilize;
 pub mod ida;
 pub mod model_validate;
+pub mod node;
 pub mod ping;
 pub mod sim_bmg;
 pub mod sim_stabilize;
@@ -25,6 +26,8 @@ pub enum Command {
     /// Measure protocols on real sockets.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// One membership node as its own process (multi-process jobs).
+    Node(node::NodeArgs),
     /// Latency models against measurements.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -67,6 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
+        Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
         Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
         Command::Ida(cmd) => ida::run(cmd),
