@@ -8,8 +8,7 @@ use weft::engine::{Backend, WaitMode};
 use weft::proto::membership::TreeMode;
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::{run as run_bench, BenchConfig, BenchReport};
-use weft::transport::NodeOptions;
+use weft::transport::stabilize::{job_options, run as run_bench, BenchConfig, BenchReport};
 
 /// Arguments of `weft bench stabilize`.
 #[derive(Args, Debug)]
@@ -90,14 +89,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             mode: a.mode,
             fail: a.fail,
             seed,
-            opts: NodeOptions {
-                wait: a.wait,
-                backend: a.backend,
-                // Small messages, many connections per reactor: many small buffers, so a
-                // burst over hundreds of sockets does not run the ring dry (ENOBUFS).
-                recv_buffers: (2048, 4096),
-                ..NodeOptions::default()
-            },
+            opts: job_options(a.wait, a.backend),
             timeout: Duration::from_secs_f64(a.timeout_s),
         };
         let bar = ProgressBar::new(a.repeat as u64).with_style(

@@ -10,8 +10,7 @@ use weft::plot::{log_x_svg, Series};
 use weft::proto::membership::TreeMode;
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::BenchConfig;
-use weft::transport::NodeOptions;
+use weft::transport::stabilize::{job_options, BenchConfig};
 
 /// Arguments of `weft model validate`.
 #[derive(Args, Debug)]
@@ -87,12 +86,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             mode: a.mode,
             fail: a.fail,
             seed,
-            opts: NodeOptions {
-                wait: a.wait,
-                backend: a.backend,
-                recv_buffers: (2048, 4096),
-                ..NodeOptions::default()
-            },
+            opts: job_options(a.wait, a.backend),
             timeout: Duration::from_secs(30),
         };
         let r = validate(&cfg, a.repeat)?;

@@ -54,6 +54,21 @@ pub struct BenchConfig {
     pub timeout: Duration,
 }
 
+/// The engine settings of a stabilization job: `wait` and `backend` as asked, and many small
+/// io_uring receive buffers per reactor (small messages over hundreds of sockets per reactor:
+/// a burst must not run the ring dry).
+pub fn job_options(
+    wait: crate::engine::WaitMode,
+    backend: Option<crate::engine::Backend>,
+) -> NodeOptions {
+    NodeOptions {
+        wait,
+        backend,
+        recv_buffers: (2048, 4096),
+        ..NodeOptions::default()
+    }
+}
+
 /// One trial's measures.
 #[derive(Clone, Debug)]
 pub struct Trial {
