@@ -138,8 +138,16 @@ impl UringRecv {
         Ok(())
     }
 
-    /// Run pending completion work if the kernel asks for it (cheap when it does not).
+    /// Run pending completion work if the kernel asks for it: with TASKRUN_FLAG the kernel
+    /// says so in the SQ flags, so a turn with nothing queued and nothing pending costs no
+    /// syscall (a blocked reactor otherwise paid an empty `io_uring_enter` every turn).
     pub fn poke(&mut self) -> io::Result<()> {
+        let sq = self.ring.submission();
+        let idle = sq.is_empty() && !sq.taskrun() && !sq.cq_overflow();
+        drop(sq);
+        if idle {
+            return Ok(());
+        }
         self.ring.submit().map(drop)
     }
 
