@@ -240,3 +240,30 @@ fn model_validate_compares_every_model_and_plots() {
         .unwrap()
         .contains("contention model"));
 }
+
+#[test]
+fn bench_stabilize_runs_one_process_per_node() {
+    let out = weft(&[
+        "bench",
+        "stabilize",
+        "--procs",
+        "--nodes",
+        "8",
+        "--repeat",
+        "2",
+        "--seed",
+        "3",
+        "--backend",
+        "poll",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["nodes"], 8);
+    assert_eq!(v["views_agree"], true);
+    assert!(v["ts_p50_us"].as_f64().unwrap() > 0.0);
+}

@@ -28,6 +28,7 @@ fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConf
             ..NodeOptions::default()
         },
         timeout: Duration::from_secs(20),
+        procs: None,
     }
 }
 

@@ -43,6 +43,11 @@ pub struct BenchStabilizeArgs {
     /// Longest wait for one phase of a trial, seconds.
     #[arg(long, default_value_t = 30.0)]
     timeout_s: f64,
+    /// One OS process per node (`weft node` children of this executable, killed with
+    /// SIGKILL) instead of in-process nodes. Every process is a reactor thread and a reporting
+    /// thread, so keep N to what the cores can carry.
+    #[arg(long)]
+    procs: bool,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
@@ -62,7 +67,8 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     };
     if !a.json {
         println!(
-            "weft bench stabilize: in-process nodes on 127.0.0.1, radix {}, {:?} tree, fail {}, {} trials, seed {seed}",
+            "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, fail {}, {} trials, seed {seed}",
+            if a.procs { "one process per node" } else { "in-process nodes" },
             a.radix, a.mode, a.fail, a.repeat
         );
         println!("Ts = first detection of the failure -> the root has every ack of the new view");
@@ -91,6 +97,11 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             seed,
             opts: job_options(a.wait, a.backend),
             timeout: Duration::from_secs_f64(a.timeout_s),
+            procs: if a.procs {
+                Some(std::env::current_exe()?)
+            } else {
+                None
+            },
         };
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")

@@ -88,6 +88,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             seed,
             opts: job_options(a.wait, a.backend),
             timeout: Duration::from_secs(30),
+            procs: None,
         };
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);

@@ -11,6 +11,7 @@
 //! }).unwrap();
 //! ```
 
+pub mod launch;
 pub mod ping;
 pub mod process;
 pub mod relay;

@@ -52,6 +52,9 @@ pub struct BenchConfig {
     pub opts: NodeOptions,
     /// Longest wait for any phase of a trial.
     pub timeout: Duration,
+    /// Run every node as its own `weft node` process of this executable instead of in this
+    /// process (see [`super::launch`]).
+    pub procs: Option<std::path::PathBuf>,
 }
 
 /// The engine settings of a stabilization job: `wait` and `backend` as asked, and many small
@@ -281,7 +284,8 @@ pub struct BenchReport {
     /// Kill to first detection, median, µs.
     pub detect_p50_us: f64,
     /// CPU of the whole process from the kill to the observed stabilization, mean, µs
-    /// (meaningful with blocking reactors; spinning ones burn CPU while idle).
+    /// (meaningful with blocking reactors, since spinning ones burn CPU while idle; 0 with one
+    /// process per node, whose CPU this process cannot read).
     pub cpu_mean_us: f64,
     /// Most epochs any trial needed.
     pub epochs_max: u64,
@@ -309,7 +313,10 @@ pub fn run(
     let (mut epochs_max, mut views_agree) = (0, true);
     let mut cpu = Duration::ZERO;
     for rep in 0..repeat {
-        let t = trial(&cfg, rep)?;
+        let t = match &cfg.procs {
+            Some(exe) => super::launch::trial(exe, &cfg, rep)?,
+            None => trial(&cfg, rep)?,
+        };
         let ns = |d: Duration| (d.as_nanos() as u64).max(1);
         // Both histograms span 1 ns to 100 s; anything longer already timed out.
         let _ = ts.record(ns(t.ts));

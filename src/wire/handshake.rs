@@ -53,6 +53,12 @@ impl JobKey {
         Ok(Self(k))
     }
 
+    /// The key as 64 hex digits, to hand to processes a launcher starts (`WEFT_JOB_KEY`).
+    /// Never log it.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// `WEFT_JOB_KEY` (64 hex digits), if set.
     pub fn from_env() -> Result<Option<Self>, HandshakeError> {
         match std::env::var("WEFT_JOB_KEY") {
@@ -319,6 +325,13 @@ impl Handshake {
 mod tests {
     use super::*;
     use crate::wire::FrameDecoder;
+
+    #[test]
+    fn a_key_survives_hex() {
+        let k = JobKey::generate().unwrap();
+        assert_eq!(JobKey::from_hex(&k.to_hex()).unwrap(), k);
+        assert_eq!(JobKey::from_bytes([0xab; 32]).to_hex(), "ab".repeat(32));
+    }
 
     fn id(job: u64, node: u64, key: u8) -> Identity {
         Identity {

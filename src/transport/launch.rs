@@ -1,0 +1,213 @@
+//! The stabilization trial with one OS process per node: `weft node` processes on loopback,
+//! a victim killed with SIGKILL, Ts from the processes' own CLOCK_MONOTONIC-stamped reports.
+//!
+//! The launcher starts N copies of the `weft` executable, reads the address each one bound,
+//! hands every one the peer list on stdin, waits until both ends of every tree edge and
+//! standby pair report `authenticated`, lets the start-up traffic drain, kills, and reads
+//! reports until the root reports the stabilization of a view equal to the survivors.
+
+use super::stabilize::{BenchConfig, BenchError, Trial};
+use crate::engine::{choose_backend, monotonic_ns};
+use crate::proto::membership::IdTree;
+use crate::sim::rng::SimRng;
+use crate::sim::stabilize::victims;
+use crate::topology::recalc;
+use crate::wire::handshake::JobKey;
+use crate::NodeId;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// The node processes of one trial; all killed when dropped.
+struct Job {
+    children: Vec<Option<Child>>,
+    reports: Receiver<(u64, serde_json::Value)>,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn failed(what: impl std::fmt::Display) -> BenchError {
+    BenchError::Config(format!("node processes: {what}"))
+}
+
+/// Start the processes and give each the others' addresses.
+fn start(exe: &Path, cfg: &BenchConfig, backend: &str) -> Result<Job, BenchError> {
+    let key = JobKey::generate().map_err(failed)?;
+    let (tx, rx) = channel();
+    let mut job = Job {
+        children: Vec::new(),
+        reports: rx,
+    };
+    let mut addrs = Vec::new();
+    for id in 0..cfg.nodes as u64 {
+        let mut c = Command::new(exe)
+            .args(["node", "--id", &id.to_string(), "--nodes"])
+            .arg(cfg.nodes.to_string())
+            .args(["--peers-stdin", "--radix", &cfg.radix.to_string()])
+            .args(["--backend", backend, "--wait", &cfg.opts.wait.to_string()])
+            .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
+            .env("WEFT_JOB_KEY", key.to_hex())
+            .env_remove("WEFT_BACKEND")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("start {}: {e}", exe.display())))?;
+        let stdout = c.stdout.take().ok_or_else(|| failed("no stdout"))?;
+        job.children.push(Some(c));
+        let mut out = BufReader::new(stdout);
+        let mut first = String::new();
+        out.read_line(&mut first).map_err(failed)?;
+        let v: serde_json::Value = serde_json::from_str(&first)
+            .map_err(|e| failed(format!("node {id} said {first:?}: {e}")))?;
+        let addr = v["listening"]
+            .as_str()
+            .ok_or_else(|| failed(format!("node {id} said {first:?}")))?;
+        addrs.push(format!("{id}={addr}"));
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    if tx.send((id, v)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    let peers = addrs.join(",");
+    for c in job.children.iter_mut().flatten() {
+        let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
+        writeln!(stdin, "{peers}").map_err(failed)?;
+    }
+    Ok(job)
+}
+
+/// Run one trial with a process per node, the `weft` executable at `exe`.
+pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+    let n = cfg.nodes;
+    let backend = choose_backend(cfg.opts.backend)?.to_string();
+    let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+    let tree = IdTree::radix(&ids, cfg.radix);
+    let mut rng = SimRng::new(cfg.seed.wrapping_add(rep as u64));
+    let victims: Vec<NodeId> = victims(&tree, n, cfg.fail, &mut rng)
+        .map_err(BenchError::Config)?
+        .into_iter()
+        .map(|v| NodeId(v as u64))
+        .collect();
+    let mut job = start(exe, cfg, &backend)?;
+    let next = |job: &Job, deadline: Instant| {
+        job.reports
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+    };
+
+    // Ready when both ends of every tree edge and standby pair are connected.
+    let mut missing: HashSet<(u64, u64)> = HashSet::new();
+    for &id in &ids {
+        let warm = recalc::standby(&ids, id, cfg.radix);
+        for &c in tree.children(id).iter().chain(&warm) {
+            missing.insert((id.0, c.0));
+            missing.insert((c.0, id.0));
+        }
+    }
+    let deadline = Instant::now() + cfg.timeout;
+    while !missing.is_empty() {
+        let Some((who, r)) = next(&job, deadline) else {
+            return Err(BenchError::Timeout(
+                cfg.timeout,
+                format!(
+                    "{} connections between node processes missing",
+                    missing.len()
+                ),
+            ));
+        };
+        if r["kind"] == "authenticated" {
+            if let Some(p) = r["peer"].as_u64() {
+                missing.remove(&(who, p));
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(20) + Duration::from_micros(200) * n);
+    while job.reports.try_recv().is_ok() {} // start-up chatter
+
+    let killed_at = monotonic_ns();
+    for v in &victims {
+        if let Some(c) = job.children[v.0 as usize].as_mut() {
+            let _ = c.kill(); // SIGKILL
+        }
+    }
+    let survivors: Vec<u64> = ids
+        .iter()
+        .filter(|i| !victims.contains(i))
+        .map(|i| i.0)
+        .collect();
+    let mut detected: Option<u64> = None;
+    let mut last_view: HashMap<u64, (u64, Vec<u64>)> = HashMap::new();
+    let deadline = Instant::now() + cfg.timeout;
+    let (epoch, stable_at) = loop {
+        let Some((who, r)) = next(&job, deadline) else {
+            return Err(BenchError::Timeout(
+                cfg.timeout,
+                format!("no stabilization after killing processes {victims:?}"),
+            ));
+        };
+        let at = r["mono_ns"].as_u64().unwrap_or(0);
+        match r["kind"].as_str() {
+            Some("detected") => detected = Some(detected.map_or(at, |d| d.min(at))),
+            Some("view") => {
+                let view: Vec<u64> = serde_json::from_value(r["view"].clone()).unwrap_or_default();
+                last_view.insert(who, (r["epoch"].as_u64().unwrap_or(0), view));
+            }
+            Some("stabilized") => {
+                let e = r["epoch"].as_u64().unwrap_or(0);
+                if last_view
+                    .get(&who)
+                    .is_some_and(|(x, v)| *x == e && *v == survivors)
+                {
+                    break (e, at);
+                }
+            }
+            _ => {}
+        }
+    };
+    // Each survivor's view report was written before its acknowledgment left it, but the
+    // reports of different processes come through different pipes: give them a moment.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while survivors
+        .iter()
+        .any(|s| last_view.get(s).is_none_or(|(e, _)| *e < epoch))
+    {
+        let Some((who, r)) = next(&job, deadline) else {
+            break;
+        };
+        if r["kind"] == "view" {
+            let view: Vec<u64> = serde_json::from_value(r["view"].clone()).unwrap_or_default();
+            last_view.insert(who, (r["epoch"].as_u64().unwrap_or(0), view));
+        }
+    }
+    let views_agree = survivors.iter().all(|s| {
+        last_view
+            .get(s)
+            .is_some_and(|(e, v)| *e == epoch && *v == survivors)
+    });
+    let detected = detected.unwrap_or(stable_at);
+    Ok(Trial {
+        victims,
+        ts: Duration::from_nanos(stable_at.saturating_sub(detected)),
+        detect: Duration::from_nanos(detected.saturating_sub(killed_at)),
+        epochs: epoch,
+        views_agree,
+        // Other processes' CPU is not this process's to read.
+        cpu: Duration::ZERO,
+    })
+}
