@@ -86,6 +86,7 @@ fn member_cfg() -> MembershipConfig {
         mode: TreeMode::Patch,
         probe: Some((hour, hour)),
         warm: false,
+        batch: std::time::Duration::ZERO,
     }
 }
 

@@ -126,6 +126,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             mode: a.mode,
             probe: Some((probe, probe)),
             warm: true,
+            batch: std::time::Duration::ZERO,
         },
         entry: if a.join {
             Entry::Join

@@ -42,6 +42,9 @@ pub struct StabilizeArgs {
     /// Probe timeout in µs.
     #[arg(long, default_value_t = 100.0)]
     probe_timeout_us: f64,
+    /// The root collects failure reports this many µs before starting an epoch (0: at once).
+    #[arg(long, default_value_t = 0.0)]
+    batch_us: f64,
     /// Seed (printed when chosen at random).
     #[arg(long)]
     seed: Option<u64>,
@@ -62,6 +65,7 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
         a.send_us,
         a.probe_us,
         a.probe_timeout_us,
+        a.batch_us,
     ] {
         anyhow::ensure!(
             v.is_finite() && v >= 0.0,
@@ -100,6 +104,7 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
                     Duration::from_secs_f64(a.probe_timeout_us.max(0.0) * 1e-6),
                 )
             }),
+            batch: Duration::from_secs_f64(a.batch_us * 1e-6),
         })
         .map_err(anyhow::Error::msg)?;
         if a.json {

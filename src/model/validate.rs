@@ -80,6 +80,7 @@ pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
         mode,
         probe: None,
         warm: false,
+        batch: std::time::Duration::ZERO,
     };
     // The victim: the last inner node (a leaf in a job too small to have one).
     let victim = RadixTree::new(n, radix)
@@ -136,6 +137,7 @@ pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
             send: Duration::ZERO,
             seed: cfg.seed.wrapping_add(r as u64),
             probe: None,
+            batch: Duration::ZERO,
         })?;
         total += run.msgs;
     }

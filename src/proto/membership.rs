@@ -51,6 +51,8 @@ pub const PROBE_TIMER: TimerId = TimerId(10);
 pub const TIMEOUT_TIMER: TimerId = TimerId(11);
 /// Timer of a joiner's retry (ask the next process of the list).
 pub const JOIN_TIMER: TimerId = TimerId(12);
+/// Timer of the root's batching window (see [`MembershipConfig::batch`]).
+pub const BATCH_TIMER: TimerId = TimerId(13);
 
 /// The membership state of an epoch, as messages carry it: the processes appended to the
 /// initial view (joiners and recovered processes, in the order the root admitted them) and
@@ -295,6 +297,10 @@ pub struct MembershipConfig {
     /// would make tree neighbors ([`recalc::standby`]): on a connection-oriented transport
     /// their connections then exist before a stabilization needs them.
     pub warm: bool,
+    /// How long the root collects failure reports before it starts an epoch with all of them
+    /// (`ZERO`: at once, one epoch per new report). Several failures at a time then cost one
+    /// stabilization wave instead of one each, for this much more latency on a single failure.
+    pub batch: Duration,
 }
 
 /// What a process outside the view asks for.
@@ -346,6 +352,8 @@ pub struct Membership {
     waiting: BTreeSet<NodeId>,
     /// At the root: processes admitted in this epoch, welcomed once it is stable.
     welcome: BTreeSet<NodeId>,
+    /// At the root, while a batching window is open: whether the root changed.
+    batching: Option<bool>,
     /// Outside the view and asking in.
     joining: Option<Joining>,
     /// The driver's clock at the current call (events carry it).
@@ -385,6 +393,7 @@ impl Membership {
             joining_epoch: false,
             waiting: BTreeSet::new(),
             welcome: BTreeSet::new(),
+            batching: None,
             joining: None,
             now: Time::ZERO,
             version: 0,
@@ -660,6 +669,18 @@ impl Membership {
         if let Some(p) = self.position(d).filter(|p| !self.dead.contains(p)) {
             self.suspected.entry(d).or_insert(p);
         }
+        if !self.cfg.batch.is_zero() {
+            if self.batching.is_none() {
+                out.set_timer(BATCH_TIMER, self.cfg.batch);
+            }
+            self.batching = Some(self.batching.unwrap_or(false) || root_changed);
+            return;
+        }
+        self.start_failure_epoch(root_changed, out);
+    }
+
+    /// The root's new epoch with every suspect dead (if that changes anything).
+    fn start_failure_epoch<M: From<MemberMsg>>(&mut self, root_changed: bool, out: &mut Outbox<M>) {
         let next = self.next_state();
         if next.dead == self.state.dead {
             return; // nothing new
@@ -932,6 +953,11 @@ impl Protocol for Membership {
             PROBE_TIMER => self.probe(now, out),
             TIMEOUT_TIMER => self.expire(now, out),
             JOIN_TIMER => self.ask(out),
+            BATCH_TIMER => {
+                if let Some(root_changed) = self.batching.take() {
+                    self.start_failure_epoch(root_changed, out);
+                }
+            }
             _ => {}
         }
     }

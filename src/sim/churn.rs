@@ -58,6 +58,7 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
         mode: cfg.mode,
         probe: Some(probe),
         warm: false,
+        batch: std::time::Duration::ZERO,
     };
     let retry = Duration::from_millis(1);
     let nodes: Vec<Membership> = (0..total as u64)

@@ -92,6 +92,8 @@ pub struct StabilizeConfig {
     /// `None`: a neighbor of each victim notices at t = 0. `Some((period, timeout))`: only the
     /// `HowAreYou` probes detect.
     pub probe: Option<(Duration, Duration)>,
+    /// The root's batching window ([`MembershipConfig::batch`]).
+    pub batch: Duration,
 }
 
 /// The measures of one run (`weft sim stabilize --json`).
@@ -173,6 +175,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         probe: cfg.probe,
         // No connections to warm in the simulator.
         warm: false,
+        batch: cfg.batch,
     };
     let nodes: Vec<Membership> = ids
         .iter()
@@ -298,6 +301,7 @@ mod tests {
             send: Duration::from_micros(1),
             seed,
             probe: None,
+            batch: Duration::ZERO,
         }
     }
 
@@ -362,6 +366,28 @@ mod tests {
             );
             assert!(r.ts_us > prev, "Ts must grow with N: {r:?}");
             prev = r.ts_us;
+        }
+    }
+
+    #[test]
+    fn a_batching_root_stabilizes_simultaneous_failures_in_one_epoch() {
+        for mode in [TreeMode::Patch, TreeMode::Rebalance] {
+            for fail in [Fail::Multi(3), Fail::Multi(30), Fail::RootPlus(5)] {
+                let unbatched = run(&cfg(512, 4, fail, mode, 4)).unwrap();
+                let c = StabilizeConfig {
+                    batch: Duration::from_micros(20),
+                    ..cfg(512, 4, fail, mode, 4)
+                };
+                let r = run(&c).unwrap();
+                assert!(r.views_agree && r.stabilized, "{mode:?} {fail}: {r:?}");
+                // Every detection lands in the window: one epoch (two when the root itself
+                // failed: the new root's own epoch, then the reports it batched).
+                assert!(r.epochs <= 2, "{mode:?} {fail}: {} epochs", r.epochs);
+                assert!(
+                    r.msgs < unbatched.msgs || unbatched.epochs <= 2,
+                    "{mode:?} {fail}"
+                );
+            }
         }
     }
 

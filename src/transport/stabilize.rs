@@ -102,6 +102,7 @@ pub fn member(me: NodeId, ids: &[NodeId], radix: u32, mode: TreeMode) -> Members
             mode,
             probe: Some((quiet, quiet)),
             warm: true,
+            batch: std::time::Duration::ZERO,
         },
     )
 }
