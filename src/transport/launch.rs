@@ -6,15 +6,11 @@
 //! standby pair report `authenticated`, lets the start-up traffic drain, kills, and reads
 //! reports until the root reports the stabilization of a view equal to the survivors.
 
-use super::stabilize::{BenchConfig, BenchError, Trial};
+use super::stabilize::{plan, BenchConfig, BenchError, Plan, Trial};
 use crate::engine::{choose_backend, monotonic_ns};
-use crate::proto::membership::IdTree;
-use crate::sim::rng::SimRng;
-use crate::sim::stabilize::victims;
-use crate::topology::recalc;
 use crate::wire::handshake::JobKey;
 use crate::NodeId;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -94,16 +90,13 @@ fn start(exe: &Path, cfg: &BenchConfig, backend: &str) -> Result<Job, BenchError
 
 /// Run one trial with a process per node, the `weft` executable at `exe`.
 pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+    let Plan {
+        ids,
+        victims,
+        mut missing,
+    } = plan(cfg, rep)?;
     let n = cfg.nodes;
     let backend = choose_backend(cfg.opts.backend)?.to_string();
-    let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
-    let tree = IdTree::radix(&ids, cfg.radix);
-    let mut rng = SimRng::new(cfg.seed.wrapping_add(rep as u64));
-    let victims: Vec<NodeId> = victims(&tree, n, cfg.fail, &mut rng)
-        .map_err(BenchError::Config)?
-        .into_iter()
-        .map(|v| NodeId(v as u64))
-        .collect();
     let mut job = start(exe, cfg, &backend)?;
     let next = |job: &Job, deadline: Instant| {
         job.reports
@@ -111,15 +104,6 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
             .ok()
     };
 
-    // Ready when both ends of every tree edge and standby pair are connected.
-    let mut missing: HashSet<(u64, u64)> = HashSet::new();
-    for &id in &ids {
-        let warm = recalc::standby(&ids, id, cfg.radix);
-        for &c in tree.children(id).iter().chain(&warm) {
-            missing.insert((id.0, c.0));
-            missing.insert((c.0, id.0));
-        }
-    }
     let deadline = Instant::now() + cfg.timeout;
     while !missing.is_empty() {
         let Some((who, r)) = next(&job, deadline) else {
@@ -133,7 +117,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         };
         if r["kind"] == "authenticated" {
             if let Some(p) = r["peer"].as_u64() {
-                missing.remove(&(who, p));
+                missing.remove(&(NodeId(who), NodeId(p)));
             }
         }
     }

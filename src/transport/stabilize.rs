@@ -130,8 +130,19 @@ fn settle(n: u32) -> Duration {
     Duration::from_millis(10) + Duration::from_micros(50) * n
 }
 
-/// Run one trial: start the job, wait until every tree edge is connected, kill, measure.
-pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+/// What a trial does, whichever way its nodes run.
+pub(crate) struct Plan {
+    /// The job's ids, `0..N`.
+    pub ids: Vec<NodeId>,
+    /// The nodes to kill.
+    pub victims: Vec<NodeId>,
+    /// The connections that must be up (both ends authenticated) before the kill: every tree
+    /// edge and every standby pair, both ways.
+    pub missing: HashSet<(NodeId, NodeId)>,
+}
+
+/// Check the settings and plan trial `rep`.
+pub(crate) fn plan(cfg: &BenchConfig, rep: u32) -> Result<Plan, BenchError> {
     let n = cfg.nodes;
     if n < 2 {
         return Err(BenchError::Config("need at least 2 nodes".into()));
@@ -150,14 +161,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         .into_iter()
         .map(|v| NodeId(v as u64))
         .collect();
-    let mut cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
-        member(ids[i], ids, cfg.radix, cfg.mode)
-    })?;
-    let (events, epoch) = (&cluster.events, cluster.epoch);
-
-    // Ready when both ends of every tree edge, and of every standby pair, authenticated
-    // each other.
-    let mut missing: HashSet<(NodeId, NodeId)> = HashSet::new();
+    let mut missing = HashSet::new();
     for &id in &ids {
         let warm = recalc::standby(&ids, id, cfg.radix);
         for &c in tree.children(id).iter().chain(&warm) {
@@ -165,6 +169,26 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
             missing.insert((c, id));
         }
     }
+    Ok(Plan {
+        ids,
+        victims,
+        missing,
+    })
+}
+
+/// Run one trial: start the job, wait until every tree edge is connected, kill, measure.
+pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+    let Plan {
+        ids,
+        victims,
+        mut missing,
+    } = plan(cfg, rep)?;
+    let n = cfg.nodes;
+    let mut cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
+        member(ids[i], ids, cfg.radix, cfg.mode)
+    })?;
+    let (events, epoch) = (&cluster.events, cluster.epoch);
+
     let deadline = Instant::now() + cfg.timeout;
     while !missing.is_empty() {
         match next_event(events, deadline) {
