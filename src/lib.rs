@@ -8,16 +8,17 @@
 //! ## Layers
 //!
 //! ```text
-//!  CLI (weft sim | ping | ida)                 your runtime (embedding)
+//!  CLI (weft bench | sim | model | node | ping | ida)     your runtime (embedding)
 //!        |                                           |
 //!        v                                           v
 //!   +---------+  drives    +--------------+  drives   +-----------------------------+
 //!   |   sim   | ---------> |    proto     | <-------- | engine + wire + transport   |
 //!   +---------+            | ring, bmg,   |           | io_uring / epoll reactors,  |
-//!                          | overlay,     |           | rkyv frames, handshake      |
-//!                          | membership,  |           +-----------------------------+
-//!                          | ping         |
-//!                          +--------------+
+//!        |                 | overlay,     |           | one per core, many nodes    |
+//!        v                 | membership,  |           | each; rkyv frames, handshake|
+//!   +---------+            | ping, relay  |           +-----------------------------+
+//!   |  model  |            +--------------+
+//!   +---------+
 //!                                 |
 //!                                 v
 //!        topology (BMG, radix tree, Process Order, 3-D torus)    ida (GF(2^8) kernels, Rabin IDA)
