@@ -29,6 +29,7 @@ fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConf
         },
         timeout: Duration::from_secs(20),
         procs: None,
+        batch: Duration::ZERO,
     }
 }
 

@@ -40,6 +40,9 @@ pub struct BenchStabilizeArgs {
     /// Seed of the victims' choice (printed when chosen at random).
     #[arg(long)]
     seed: Option<u64>,
+    /// The root collects failure reports this many µs before starting an epoch (0: at once).
+    #[arg(long, default_value_t = 0.0)]
+    batch_us: f64,
     /// Longest wait for one phase of a trial, seconds.
     #[arg(long, default_value_t = 30.0)]
     timeout_s: f64,
@@ -58,6 +61,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.timeout_s.is_finite() && a.timeout_s > 0.0,
         "--timeout-s must be a positive number"
+    );
+    anyhow::ensure!(
+        a.batch_us.is_finite() && a.batch_us >= 0.0,
+        "--batch-us must be a non-negative number"
     );
     let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
     let sizes = if a.nodes_list.is_empty() {
@@ -102,6 +109,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             } else {
                 None
             },
+            batch: Duration::from_secs_f64(a.batch_us * 1e-6),
         };
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")

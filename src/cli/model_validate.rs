@@ -89,6 +89,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             opts: job_options(a.wait, a.backend),
             timeout: Duration::from_secs(30),
             procs: None,
+            batch: Duration::ZERO,
         };
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);

@@ -47,6 +47,9 @@ pub struct NodeArgs {
     /// connections).
     #[arg(long, default_value_t = 0)]
     probe_ms: u64,
+    /// The root collects failure reports this many µs before starting an epoch (0: at once).
+    #[arg(long, default_value_t = 0)]
+    batch_us: u64,
     /// Enter as a new process (NewNode) instead of a member of the initial view.
     #[arg(long, conflicts_with = "recover")]
     join: bool,
@@ -126,7 +129,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             mode: a.mode,
             probe: Some((probe, probe)),
             warm: true,
-            batch: std::time::Duration::ZERO,
+            batch: Duration::from_micros(a.batch_us),
         },
         entry: if a.join {
             Entry::Join

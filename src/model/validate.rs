@@ -216,6 +216,7 @@ mod tests {
             opts: Default::default(),
             timeout: Duration::from_secs(1),
             procs: None,
+            batch: Duration::ZERO,
         };
         let m = count_messages(&cfg, 4).unwrap();
         // FailedNode down and FailureAck up each of the 62 edges of the new tree, plus the

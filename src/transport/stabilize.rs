@@ -55,6 +55,8 @@ pub struct BenchConfig {
     /// Run every node as its own `weft node` process of this executable instead of in this
     /// process (see [`super::launch`]).
     pub procs: Option<std::path::PathBuf>,
+    /// The root's batching window ([`MembershipConfig::batch`]).
+    pub batch: Duration,
 }
 
 /// The engine settings of a stabilization job: `wait` and `backend` as asked, and many small
@@ -90,21 +92,18 @@ pub struct Trial {
     pub cpu: Duration,
 }
 
-/// Membership for one node of a benchmark job: probes (and greets its standby) once at start (to open the tree's
-/// connections) and then only after a long period, so probes do not mix into the measure.
-pub fn member(me: NodeId, ids: &[NodeId], radix: u32, mode: TreeMode) -> Membership {
+/// The membership settings of a benchmark node: probes (and greets its standby) once at start,
+/// to open the tree's connections, and then only after an hour, so probes do not mix into the
+/// measure.
+pub fn member_config(radix: u32, mode: TreeMode, batch: Duration) -> MembershipConfig {
     let quiet = Duration::from_secs(3600);
-    Membership::new(
-        me,
-        ids.to_vec(),
-        MembershipConfig {
-            radix,
-            mode,
-            probe: Some((quiet, quiet)),
-            warm: true,
-            batch: std::time::Duration::ZERO,
-        },
-    )
+    MembershipConfig {
+        radix,
+        mode,
+        probe: Some((quiet, quiet)),
+        warm: true,
+        batch,
+    }
 }
 
 /// The next event, or `None` at the deadline. Polls with short sleeps instead of blocking in
@@ -185,7 +184,11 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     } = plan(cfg, rep)?;
     let n = cfg.nodes;
     let mut cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
-        member(ids[i], ids, cfg.radix, cfg.mode)
+        Membership::new(
+            ids[i],
+            ids.to_vec(),
+            member_config(cfg.radix, cfg.mode, cfg.batch),
+        )
     })?;
     let (events, epoch) = (&cluster.events, cluster.epoch);
 
