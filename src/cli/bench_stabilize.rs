@@ -4,8 +4,6 @@
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
-use weft::engine::{Backend, WaitMode};
-use weft::proto::membership::TreeMode;
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
 use weft::transport::stabilize::{job_options, run as run_bench, BenchConfig, BenchReport};
@@ -13,30 +11,22 @@ use weft::transport::stabilize::{job_options, run as run_bench, BenchConfig, Ben
 /// Arguments of `weft bench stabilize`.
 #[derive(Args, Debug)]
 pub struct BenchStabilizeArgs {
-    /// In-process nodes (each its own reactor thread, spread over the cores).
+    /// Nodes (in-process: hosted by one reactor thread per core).
     #[arg(long, default_value_t = 64)]
     nodes: u32,
     /// Several sizes in one run (overrides --nodes), e.g. 16,64,256.
     #[arg(long, value_delimiter = ',')]
     nodes_list: Vec<u32>,
-    /// Children per node (a power of two).
-    #[arg(long, default_value_t = 4)]
-    radix: u32,
-    /// Paper's local patching, or recompute the balanced tree.
-    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
-    mode: TreeMode,
+    #[command(flatten)]
+    tree: super::TreeArgs,
     /// leaf, inner, root, multi:K or root+K.
     #[arg(long, default_value = "inner")]
     fail: Fail,
     /// Trials (each a fresh job).
     #[arg(long, default_value_t = 40)]
     repeat: u32,
-    /// I/O backend (default: automatic, or WEFT_BACKEND).
-    #[arg(long, value_enum)]
-    backend: Option<Backend>,
-    /// How reactors wait. Many nodes share two cores here, so blocking is the default.
-    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
-    wait: WaitMode,
+    #[command(flatten)]
+    engine: super::EngineArgs,
     /// Seed of the victims' choice (printed when chosen at random).
     #[arg(long)]
     seed: Option<u64>,
@@ -76,7 +66,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         println!(
             "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, fail {}, {} trials, seed {seed}",
             if a.procs { "one process per node" } else { "in-process nodes" },
-            a.radix, a.mode, a.fail, a.repeat
+            a.tree.radix, a.tree.mode, a.fail, a.repeat
         );
         println!("Ts = first detection of the failure -> the root has every ack of the new view");
         println!(
@@ -98,11 +88,11 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     for n in sizes {
         let cfg = BenchConfig {
             nodes: n,
-            radix: a.radix,
-            mode: a.mode,
+            radix: a.tree.radix,
+            mode: a.tree.mode,
             fail: a.fail,
             seed,
-            opts: job_options(a.wait, a.backend),
+            opts: job_options(a.engine.wait, a.engine.backend),
             timeout: Duration::from_secs_f64(a.timeout_s),
             procs: if a.procs {
                 Some(std::env::current_exe()?)

@@ -9,7 +9,9 @@ pub mod ping;
 pub mod sim_bmg;
 pub mod sim_stabilize;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use weft::engine::{Backend, WaitMode};
+use weft::proto::membership::TreeMode;
 
 /// weft: a resilient communication layer for HPC runtime environments.
 #[derive(Parser, Debug)]
@@ -18,6 +20,28 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The membership tree's shape, shared by the stabilization commands.
+#[derive(Args, Debug)]
+pub struct TreeArgs {
+    /// Children per node (a power of two).
+    #[arg(long, default_value_t = 4)]
+    pub radix: u32,
+    /// Paper's local patching, or recompute the balanced tree.
+    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
+    pub mode: TreeMode,
+}
+
+/// How engine nodes run, shared by the commands that start them.
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// I/O backend (default: automatic, or WEFT_BACKEND).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// How reactors wait. Many nodes share the cores here, so blocking is the default.
+    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
+    pub wait: WaitMode,
 }
 
 /// Top-level subcommands.

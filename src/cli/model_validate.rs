@@ -4,10 +4,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::Duration;
-use weft::engine::{Backend, WaitMode};
 use weft::model::validate::{validate, ValidateRow};
 use weft::plot::{log_x_svg, Series};
-use weft::proto::membership::TreeMode;
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
 use weft::transport::stabilize::{job_options, BenchConfig};
@@ -18,24 +16,16 @@ pub struct ValidateArgs {
     /// Job sizes of the sweep.
     #[arg(long, value_delimiter = ',', default_value = "4,16,64,256")]
     nodes_list: Vec<u32>,
-    /// Children per node (a power of two).
-    #[arg(long, default_value_t = 4)]
-    radix: u32,
-    /// Paper's local patching, or recompute the balanced tree.
-    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
-    mode: TreeMode,
+    #[command(flatten)]
+    tree: super::TreeArgs,
     /// leaf, inner, root, multi:K or root+K.
     #[arg(long, default_value = "leaf")]
     fail: Fail,
     /// Trials per size.
     #[arg(long, default_value_t = 20)]
     repeat: u32,
-    /// I/O backend (default: automatic, or WEFT_BACKEND).
-    #[arg(long, value_enum)]
-    backend: Option<Backend>,
-    /// How reactors wait.
-    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
-    wait: WaitMode,
+    #[command(flatten)]
+    engine: super::EngineArgs,
     /// Seed of the victims' choice.
     #[arg(long)]
     seed: Option<u64>,
@@ -53,7 +43,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     if !a.json {
         println!(
             "weft model validate: radix {}, {:?} tree, fail {}, {} trials per size, seed {seed}",
-            a.radix, a.mode, a.fail, a.repeat
+            a.tree.radix, a.tree.mode, a.fail, a.repeat
         );
         println!("L = engine one-way latency (32 B ping), Ocp = local recalculation, c = CPU per message under load (relay ring),");
         println!(
@@ -82,11 +72,11 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     for &n in &a.nodes_list {
         let cfg = BenchConfig {
             nodes: n,
-            radix: a.radix,
-            mode: a.mode,
+            radix: a.tree.radix,
+            mode: a.tree.mode,
             fail: a.fail,
             seed,
-            opts: job_options(a.wait, a.backend),
+            opts: job_options(a.engine.wait, a.engine.backend),
             timeout: Duration::from_secs(30),
             procs: None,
             batch: Duration::ZERO,
@@ -151,7 +141,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         let title = format!(
             "Ts after a {} failure, radix {}, loopback TCP ({})",
             a.fail,
-            a.radix,
+            a.tree.radix,
             rows.first().map_or("", |r| r.backend.as_str())
         );
         log_x_svg(path, &title, "nodes", "Ts (µs)", &series)?;

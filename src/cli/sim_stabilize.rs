@@ -2,7 +2,6 @@
 
 use clap::Args;
 use std::time::Duration;
-use weft::proto::membership::TreeMode;
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::{run as run_sim, Fail, NetKind, StabilizeConfig};
 
@@ -15,12 +14,8 @@ pub struct StabilizeArgs {
     /// Several sizes in one run (overrides --nodes), e.g. 16,64,256,1024.
     #[arg(long, value_delimiter = ',')]
     nodes_list: Vec<u32>,
-    /// Children per process (a power of two).
-    #[arg(long, default_value_t = 4)]
-    radix: u32,
-    /// Paper's local patching, or recompute the balanced tree.
-    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
-    mode: TreeMode,
+    #[command(flatten)]
+    tree: super::TreeArgs,
     /// leaf, inner, root, multi:K or root+K.
     #[arg(long, default_value = "inner")]
     fail: Fail,
@@ -80,7 +75,7 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
     if !a.json {
         println!(
             "weft sim stabilize: radix {}, {:?} tree, fail {}, {:?} network, L = {} µs, Ocp = {} µs, seed {seed}",
-            a.radix, a.mode, a.fail, a.net, a.latency_us, a.ocp_us
+            a.tree.radix, a.tree.mode, a.fail, a.net, a.latency_us, a.ocp_us
         );
         println!(
             "{:>7} {:>3} {:>10} {:>12} {:>7} {:>7} {:>11} {:>10}",
@@ -90,8 +85,8 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
     for n in sizes {
         let r = run_sim(&StabilizeConfig {
             nodes: n,
-            radix: a.radix,
-            mode: a.mode,
+            radix: a.tree.radix,
+            mode: a.tree.mode,
             fail: a.fail,
             net: a.net,
             latency: Duration::from_secs_f64(a.latency_us * 1e-6),
