@@ -302,3 +302,19 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         "node stopped serving: {seen:?}"
     );
 }
+
+#[test]
+fn a_stopped_node_refuses_new_connections_on_both_backends() {
+    for backend in BACKENDS {
+        let mut c = Cluster::start(2, opts_for(backend), |_, _| PingPong::ponger()).unwrap();
+        let addr = c.nodes[1].addr;
+        // While it runs, it accepts (on io_uring through the ring's multishot accept).
+        assert!(TcpStream::connect(addr).is_ok(), "{backend}: not accepting");
+        c.nodes[1].stop().unwrap();
+        let refused = TcpStream::connect(addr);
+        assert!(
+            refused.is_err(),
+            "{backend}: a stopped node still accepted a connection"
+        );
+    }
+}

@@ -7,8 +7,13 @@
 //! one it dialed, or the one the peer dialed and authenticated first. Answers thus usually ride
 //! the connection the question came on (TCP ACKs piggyback, half the sockets), and every
 //! direction stays FIFO, which is what the papers' channels assume. If both dial at once they
-//! hold two connections and each side keeps sending on its own choice, still FIFO. A connection that fails (refused, reset, closed, or a frame that does not check) is
-//! closed alone; if its peer was known, the protocol hears `on_suspect(peer)`.
+//! hold two connections and each side keeps sending on its own choice, still FIFO. A
+//! connection that fails (refused, reset, closed, or a frame that does not check) is closed
+//! alone; if its peer was known, the protocol hears `on_suspect(peer)`.
+//!
+//! On the io_uring backend receives and accepts complete in the ring; epoll watches the ring's
+//! fd, the waker, and connections' writability (connects, full send buffers). On the poll
+//! backend epoll watches everything.
 
 use super::timers::Timers;
 use super::uring::UringRecv;
@@ -32,6 +37,8 @@ const RING: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
+/// On io_uring, hosted node `h`'s multishot accept completes with `user_data` `ACCEPT | h`.
+const ACCEPT: u64 = 1 << 63;
 
 /// Orders from outside the reactor.
 #[derive(Debug)]
@@ -179,24 +186,7 @@ where
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
     ) -> Result<Self, EngineError> {
-        let mut hosted = Vec::with_capacity(hosts.len());
-        let mut by_id = HashMap::new();
-        for (h, spec) in hosts.into_iter().enumerate() {
-            spec.listener.set_nonblocking(true)?;
-            let mut listener = TcpListener::from_std(spec.listener);
-            poll.registry()
-                .register(&mut listener, Token(LISTENERS + h), Interest::READABLE)?;
-            by_id.insert(spec.identity.node_id, h);
-            hosted.push(Some(Host {
-                identity: spec.identity,
-                peers: spec.peers,
-                listener,
-                route: HashMap::new(),
-                proto: spec.proto,
-                retire: spec.retire,
-            }));
-        }
-        let uring = match cfg.backend {
+        let mut uring = match cfg.backend {
             Backend::Uring => {
                 let (count, size) = cfg.recv_buffers;
                 if !count.is_power_of_two() || size == 0 {
@@ -214,6 +204,35 @@ where
             }
             Backend::Poll => None,
         };
+        let mut hosted = Vec::with_capacity(hosts.len());
+        let mut by_id = HashMap::new();
+        for (h, spec) in hosts.into_iter().enumerate() {
+            spec.listener.set_nonblocking(true)?;
+            let mut listener = TcpListener::from_std(spec.listener);
+            // io_uring accepts through the ring; epoll watches the listener otherwise.
+            match &mut uring {
+                Some(u) => {
+                    use std::os::fd::AsRawFd;
+                    u.arm_accept(listener.as_raw_fd(), ACCEPT | h as u64)?;
+                }
+                None => {
+                    poll.registry().register(
+                        &mut listener,
+                        Token(LISTENERS + h),
+                        Interest::READABLE,
+                    )?;
+                }
+            }
+            by_id.insert(spec.identity.node_id, h);
+            hosted.push(Some(Host {
+                identity: spec.identity,
+                peers: spec.peers,
+                listener,
+                route: HashMap::new(),
+                proto: spec.proto,
+                retire: spec.retire,
+            }));
+        }
         let epoch = cfg.epoch;
         Ok(Self {
             cfg,
@@ -361,6 +380,9 @@ where
         };
         self.by_id.remove(&host.identity.node_id);
         let _ = self.poll.registry().deregister(&mut host.listener);
+        // An armed io_uring accept holds the listener open; shutting it down ends the request
+        // and stops the socket listening now, so dialers are refused as by a dead process.
+        let _ = socket2::SockRef::from(&host.listener).shutdown(std::net::Shutdown::Both);
         for slot in self.conns.iter_mut() {
             if slot.as_ref().is_some_and(|c| c.host == h) {
                 if let Some(mut conn) = slot.take() {
@@ -452,6 +474,33 @@ where
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// A completion of hosted node `h`'s multishot accept: `raw` is the new connection's fd or
+    /// a negative errno; `more` false means the accept must be armed again (unless the node
+    /// stopped, which is what ended it).
+    fn accepted(&mut self, h: usize, raw: i32, more: bool) -> Result<(), EngineError> {
+        let alive = self.hosts.get(h).is_some_and(|x| x.is_some());
+        if raw >= 0 {
+            use std::os::fd::FromRawFd;
+            // SAFETY: a successful accept returns a new connected socket that nothing else
+            // owns; wrapping it gives it exactly one owner, which closes it when dropped.
+            let stream = unsafe { std::net::TcpStream::from_raw_fd(raw) };
+            if alive {
+                stream.set_nonblocking(true)?;
+                self.open(h, TcpStream::from_std(stream), Role::Responder, None)?;
+            }
+        } else if raw != -libc::ECANCELED && alive {
+            let e = std::io::Error::from_raw_os_error(-raw);
+            self.emit(h, NodeEvent::Refused(format!("accept: {e}")));
+        }
+        if !more && alive {
+            if let (Some(u), Some(host)) = (self.uring.as_mut(), self.hosts[h].as_ref()) {
+                use std::os::fd::AsRawFd;
+                u.arm_accept(host.listener.as_raw_fd(), ACCEPT | h as u64)?;
+            }
+        }
+        Ok(())
     }
 
     /// Close one connection; tell its node's protocol if a known peer is lost, and carry out
@@ -586,8 +635,13 @@ where
         let mut touched = std::mem::take(&mut self.touched);
         let mut rearm = std::mem::take(&mut self.rearm);
         let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut accepted: Vec<(usize, i32, bool)> = Vec::new();
         let conns = &mut self.conns;
         u.drain(|c| {
+            if c.user_data & ACCEPT != 0 {
+                accepted.push(((c.user_data & !ACCEPT) as usize, c.raw, c.more));
+                return;
+            }
             let (slot, generation) = (
                 (c.user_data & 0xffff_ffff) as usize,
                 (c.user_data >> 32) as u32,
@@ -612,7 +666,10 @@ where
                 Err(e) => failed.push((slot, e.to_string())),
             }
         });
-        let any = !touched.is_empty() || !failed.is_empty();
+        let any = !touched.is_empty() || !failed.is_empty() || !accepted.is_empty();
+        for (h, raw, more) in accepted {
+            self.accepted(h, raw, more)?;
+        }
         for &slot in &rearm {
             if let (Some(u), Some(conn)) = (
                 self.uring.as_mut(),

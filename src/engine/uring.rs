@@ -1,10 +1,11 @@
-//! The io_uring receive path: multishot `RECV` into a provided buffer ring.
+//! The io_uring receive path: multishot `RECV` into a provided buffer ring, and multishot
+//! `ACCEPT` on every hosted node's listener (each completion is a new connection's fd).
 //!
 //! One `RecvMulti` per connection stays armed: the kernel picks a free buffer from the ring the
 //! reactor registered, writes what arrived and posts a completion naming the buffer; the reactor
 //! copies the bytes into the connection's frame decoder and hands the buffer straight back. A
 //! busy reactor sees data by reading the completion queue in shared memory, with no syscall per
-//! message for receiving (sends are plain `write`s).
+//! message for receiving (sends are plain `write`s, connects are made with epoll).
 //!
 //! The ring is set up with SINGLE_ISSUER (only the reactor thread touches it), COOP_TASKRUN (no
 //! inter-processor interrupt to run completion work) and TASKRUN_FLAG (the kernel says in the
@@ -41,7 +42,9 @@ pub struct Completion<'a> {
     pub user_data: u64,
     /// Bytes received (`Ok(empty)` never happens: 0 is end of stream), or the error.
     pub result: Result<&'a [u8], io::Error>,
-    /// Whether the receive stays armed (if not, re-arm it).
+    /// The raw result: for an accept, the new connection's fd.
+    pub raw: i32,
+    /// Whether the request stays armed (if not, re-arm it).
     pub more: bool,
 }
 
@@ -138,6 +141,27 @@ impl UringRecv {
         Ok(())
     }
 
+    /// Arm a multishot accept on the listening socket `fd`, reported with `user_data`: each
+    /// completion carries a new connection's fd.
+    pub fn arm_accept(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let sqe = opcode::AcceptMulti::new(types::Fd(fd))
+            .build()
+            .user_data(user_data);
+        // SAFETY: an accept writes no memory of ours (no address is asked for); `fd` stays open
+        // until the node stops, which shuts the listener down and so ends the request.
+        unsafe {
+            if self.ring.submission().push(&sqe).is_err() {
+                self.ring.submit()?;
+                self.ring
+                    .submission()
+                    .push(&sqe)
+                    .map_err(|_| io::Error::other("submission queue full"))?;
+            }
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
     /// Run pending completion work if the kernel asks for it: with TASKRUN_FLAG the kernel
     /// says so in the SQ flags, so a turn with nothing queued and nothing pending costs no
     /// syscall (a blocked reactor otherwise paid an empty `io_uring_enter` every turn).
@@ -176,6 +200,7 @@ impl UringRecv {
             f(Completion {
                 user_data,
                 result,
+                raw: res,
                 more,
             });
             if let Some(b) = bid {
