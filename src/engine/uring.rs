@@ -11,7 +11,7 @@
 //! inter-processor interrupt to run completion work) and TASKRUN_FLAG (the kernel says in the
 //! SQ flags when such work is waiting, and `submit` then enters the kernel to run it).
 
-use io_uring::{cqueue, opcode, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::fd::RawFd;
@@ -120,6 +120,26 @@ impl UringRecv {
         }
     }
 
+    /// Queue `sqe` (submitting first if the queue is full), then submit.
+    ///
+    /// # Safety
+    /// Whatever memory and fds `sqe` lets the kernel use must stay valid until its last
+    /// completion.
+    unsafe fn push_and_submit(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: the caller vouches for what `sqe` refers to.
+        unsafe {
+            if self.ring.submission().push(sqe).is_err() {
+                self.ring.submit()?;
+                self.ring
+                    .submission()
+                    .push(sqe)
+                    .map_err(|_| io::Error::other("submission queue full"))?;
+            }
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
     /// Arm a multishot receive on `fd`, reported with `user_data`.
     pub fn arm(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
         let sqe = opcode::RecvMulti::new(types::Fd(fd), BGID)
@@ -128,17 +148,7 @@ impl UringRecv {
         // SAFETY: the buffers the kernel may write into are the registered ring's, alive as long
         // as `self`; `fd` stays open until the connection is closed, and a closed connection's
         // late completions are recognized by their `user_data` and only give buffers back.
-        unsafe {
-            if self.ring.submission().push(&sqe).is_err() {
-                self.ring.submit()?;
-                self.ring
-                    .submission()
-                    .push(&sqe)
-                    .map_err(|_| io::Error::other("submission queue full"))?;
-            }
-        }
-        self.ring.submit()?;
-        Ok(())
+        unsafe { self.push_and_submit(&sqe) }
     }
 
     /// Arm a multishot accept on the listening socket `fd`, reported with `user_data`: each
@@ -149,17 +159,7 @@ impl UringRecv {
             .user_data(user_data);
         // SAFETY: an accept writes no memory of ours (no address is asked for); `fd` stays open
         // until the node stops, which shuts the listener down and so ends the request.
-        unsafe {
-            if self.ring.submission().push(&sqe).is_err() {
-                self.ring.submit()?;
-                self.ring
-                    .submission()
-                    .push(&sqe)
-                    .map_err(|_| io::Error::other("submission queue full"))?;
-            }
-        }
-        self.ring.submit()?;
-        Ok(())
+        unsafe { self.push_and_submit(&sqe) }
     }
 
     /// Run pending completion work if the kernel asks for it: with TASKRUN_FLAG the kernel
