@@ -157,6 +157,9 @@ pub struct Reactor<P: Protocol> {
     hosts: Vec<Option<Host<P>>>,
     by_id: HashMap<NodeId, usize>,
     conns: Vec<Option<Conn>>,
+    /// Empty slots of `conns`, reused before the vector grows (a reactor hosting hundreds of
+    /// nodes opens thousands of connections: no scan for a free slot per connection).
+    free: Vec<usize>,
     outbox: Outbox<P::Msg>,
     timers: Timers<(usize, TimerId)>,
     epoch: Instant,
@@ -240,6 +243,7 @@ where
             hosts: hosted,
             by_id,
             conns: Vec::new(),
+            free: Vec::new(),
             outbox: Outbox::new(),
             timers: Timers::default(),
             epoch,
@@ -383,11 +387,12 @@ where
         // An armed io_uring accept holds the listener open; shutting it down ends the request
         // and stops the socket listening now, so dialers are refused as by a dead process.
         let _ = socket2::SockRef::from(&host.listener).shutdown(std::net::Shutdown::Both);
-        for slot in self.conns.iter_mut() {
+        for (i, slot) in self.conns.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|c| c.host == h) {
                 if let Some(mut conn) = slot.take() {
                     let _ = self.poll.registry().deregister(&mut conn.stream);
                     let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+                    self.free.push(i);
                 }
             }
         }
@@ -397,7 +402,7 @@ where
     }
 
     fn insert(&mut self, conn: Conn) -> Result<usize, EngineError> {
-        let slot = match self.conns.iter().position(|c| c.is_none()) {
+        let slot = match self.free.pop() {
             Some(i) => i,
             None => {
                 self.conns.push(None);
@@ -509,6 +514,7 @@ where
         let Some(mut conn) = self.conns.get_mut(slot).and_then(|c| c.take()) else {
             return Ok(());
         };
+        self.free.push(slot);
         let h = conn.host;
         let _ = self.poll.registry().deregister(&mut conn.stream);
         // Ends an armed io_uring receive too (its last completion is recognized as stale).
