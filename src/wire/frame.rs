@@ -108,13 +108,38 @@ impl FrameHeader {
 
 /// Append a whole frame (header, body, padding) to `out`.
 pub fn write_frame(kind: Kind, body: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge {
-        len: u32::MAX,
-        max: u32::MAX,
-    })?;
-    FrameHeader::write(kind, len, out);
-    out.extend_from_slice(body);
-    out.resize(out.len() + padded(body.len()) - body.len(), 0);
+    write_frame_with(kind, out, |out| {
+        out.extend_from_slice(body);
+        Ok(())
+    })
+}
+
+/// Append a frame whose body `body` writes straight into `out` (no intermediate buffer): the
+/// header is written with a placeholder length, patched once the body's size is known, and the
+/// frame padded. On an error `out` is left as it was.
+pub fn write_frame_with(
+    kind: Kind,
+    out: &mut Vec<u8>,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), WireError>,
+) -> Result<(), WireError> {
+    let start = out.len();
+    FrameHeader::write(kind, 0, out);
+    let body_start = out.len();
+    let written = body(out).and_then(|()| {
+        u32::try_from(out.len() - body_start).map_err(|_| WireError::TooLarge {
+            len: u32::MAX,
+            max: u32::MAX,
+        })
+    });
+    let len = match written {
+        Ok(len) => len,
+        Err(e) => {
+            out.truncate(start);
+            return Err(e);
+        }
+    };
+    out[start + 8..start + 12].copy_from_slice(&len.to_le_bytes());
+    out.resize(body_start + padded(len as usize), 0);
     Ok(())
 }
 

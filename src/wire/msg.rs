@@ -1,7 +1,7 @@
 //! The one message enum every protocol's messages travel in, archived with rkyv and read in
 //! place from the receive buffer after validation.
 
-use super::frame::{padded, FrameHeader, Kind};
+use super::frame::{write_frame_with, Kind};
 use super::WireError;
 use crate::proto::bmg::BmgMsg;
 use crate::proto::overlay::OverlayMsg;
@@ -191,24 +191,11 @@ impl Msg {
             0,
             "frames are appended on 16-byte boundaries"
         );
-        let start = out.len();
-        FrameHeader::write(Kind::Msg, 0, out);
-        let body_start = out.len();
-        if let Err(e) = rkyv::api::high::to_bytes_in::<_, BoxedError>(self, &mut *out) {
-            out.truncate(start);
-            return Err(WireError::Encode(e.to_string()));
-        }
-        let body_len = out.len() - body_start;
-        let Ok(len) = u32::try_from(body_len) else {
-            out.truncate(start);
-            return Err(WireError::TooLarge {
-                len: u32::MAX,
-                max: u32::MAX,
-            });
-        };
-        out[start + 8..start + 12].copy_from_slice(&len.to_le_bytes());
-        out.resize(body_start + padded(body_len), 0);
-        Ok(())
+        write_frame_with(Kind::Msg, out, |out| {
+            rkyv::api::high::to_bytes_in::<_, BoxedError>(self, out)
+                .map(drop)
+                .map_err(|e| WireError::Encode(e.to_string()))
+        })
     }
 
     /// Validate a frame body and view it in place. `body` must start 16-byte aligned (frame
