@@ -249,9 +249,9 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         let n = std::io::Read::read(&mut s4, &mut buf).unwrap();
         assert!(n > 0, "node closed before its Hello");
         dec.push(&buf[..n]);
-        while let Some((k, body)) = dec.next_frame().unwrap() {
+        while let Some(f) = dec.next_frame().unwrap() {
             let mut reply = Vec::new();
-            let _ = hs.on_frame(k, &dec.bytes()[body], &mut reply);
+            let _ = hs.on_frame(f.kind, f.body(), &mut reply);
             if !reply.is_empty() {
                 s4.write_all(&reply).unwrap();
                 replied = true;

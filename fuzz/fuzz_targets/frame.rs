@@ -18,8 +18,8 @@ fuzz_target!(|data: &[u8]| {
         d.push(part);
         loop {
             match d.next_frame() {
-                Ok(Some((kind, body))) => {
-                    let bytes = &d.bytes()[body];
+                Ok(Some(frame)) => {
+                    let (kind, bytes) = (frame.kind, frame.body());
                     if kind == Kind::Msg {
                         if let Ok(m) = Msg::access(bytes) {
                             let _ = m.to_overlay();

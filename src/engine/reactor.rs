@@ -25,7 +25,7 @@ use crate::NodeId;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -165,7 +165,6 @@ pub struct Reactor<P: Protocol> {
     epoch: Instant,
     commands: Receiver<Command>,
     events: Sender<(NodeId, NodeEvent)>,
-    scratch: Vec<u8>,
     /// Received messages: (hosted node, sender, message).
     inbox: Vec<(usize, NodeId, P::Msg)>,
     stop: bool,
@@ -249,7 +248,6 @@ where
             epoch,
             commands,
             events,
-            scratch: vec![0u8; 256 * 1024],
             inbox: Vec::new(),
             stop: false,
             uring,
@@ -566,16 +564,16 @@ where
         };
         let mut closed = false;
         loop {
-            match conn.stream.read(&mut self.scratch) {
-                Ok(0) => {
+            use std::os::fd::AsRawFd;
+            match conn.decoder.read_from(conn.stream.as_raw_fd()) {
+                Ok((0, _)) => {
                     closed = true;
                     break;
                 }
-                Ok(n) => {
-                    conn.decoder.push(&self.scratch[..n]);
+                Ok((_, drained)) => {
                     // A short read drained the socket; more data will raise a new edge, so
                     // the extra read that would only say WouldBlock is skipped.
-                    if n < self.scratch.len() {
+                    if drained {
                         break;
                     }
                 }
@@ -596,8 +594,8 @@ where
         let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
             return Ok(());
         };
-        while let Some((kind, body)) = conn.decoder.next_frame().map_err(|e| e.to_string())? {
-            let bytes = &conn.decoder.bytes()[body];
+        while let Some(frame) = conn.decoder.next_frame().map_err(|e| e.to_string())? {
+            let (kind, bytes) = (frame.kind, frame.body());
             match conn.peer {
                 None => {
                     if let Some(peer) = conn
@@ -620,7 +618,7 @@ where
                 }
                 Some(peer) if kind == Kind::Msg => {
                     let msg = Msg::access(bytes).map_err(|e| e.to_string())?;
-                    if let Some(m) = P::Msg::from_wire(msg) {
+                    if let Some(m) = P::Msg::from_wire(msg, &frame) {
                         self.inbox.push((conn.host, peer, m));
                     }
                 }

@@ -7,6 +7,7 @@
 //! event per round trip would wake an observer thread that competes for the reactors' cores.
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
+use crate::wire::Payload;
 use crate::NodeId;
 
 /// Messages of ping-pong.
@@ -17,14 +18,14 @@ pub enum PingMsg {
         /// Sequence number.
         seq: u64,
         /// Payload.
-        payload: Vec<u8>,
+        payload: Payload,
     },
     /// The echo.
     Pong {
         /// Sequence number.
         seq: u64,
         /// Payload.
-        payload: Vec<u8>,
+        payload: Payload,
     },
 }
 
@@ -38,6 +39,8 @@ pub struct PingPong {
     sent_at: Time,
     warmup: u64,
     samples: Vec<(usize, u64)>,
+    /// The current size's payload, made once and shared by every ping of that size.
+    payload: Payload,
 }
 
 impl PingPong {
@@ -50,6 +53,7 @@ impl PingPong {
             sent_at: Time::ZERO,
             warmup: 0,
             samples: Vec::new(),
+            payload: Payload::default(),
         }
     }
 
@@ -63,6 +67,7 @@ impl PingPong {
             sent_at: Time::ZERO,
             warmup,
             samples: Vec::with_capacity(4096),
+            payload: Payload::default(),
         }
     }
 
@@ -76,12 +81,15 @@ impl PingPong {
             return;
         };
         self.seq += 1;
+        if self.payload.len() != size {
+            self.payload = vec![0x5a; size].into();
+        }
         self.sent_at = now;
         out.send(
             *peer,
             PingMsg::Ping {
                 seq: self.seq,
-                payload: vec![0x5a; size],
+                payload: self.payload.clone(),
             },
         );
     }

@@ -1,24 +1,89 @@
 //! Cutting a byte stream into checked frames, in place.
 //!
-//! Bytes are appended to a 16-byte-aligned buffer; [`FrameDecoder::next_frame`] returns where
-//! the next complete frame's body lies in it, so the caller validates and reads the body where
-//! it sits (rkyv `access`), without copying. Because frames are multiples of 16 bytes and the
-//! buffer is only ever shifted by whole frames, every body stays aligned.
+//! Bytes land in a 16-byte-aligned buffer, either copied in ([`FrameDecoder::push`]) or read
+//! straight from a socket into it ([`FrameDecoder::read_from`]). [`FrameDecoder::next_frame`]
+//! returns a [`Frame`]: a handle on the buffer plus where the body lies in it, so the caller
+//! validates and reads the body where it sits (rkyv `access`) and can keep parts of it
+//! ([`Frame::share`]) without copying. Because frames are multiples of 16 bytes and the buffer
+//! is only ever shifted by whole frames, every body stays aligned.
+//!
+//! The buffer is reference counted. While some frame's payload is still held elsewhere the
+//! decoder moves on to a fresh buffer, taking only the unread bytes (a partial frame) along.
 
-use super::frame::{FrameHeader, Kind, DEFAULT_MAX_BODY};
+use super::frame::{FrameHeader, Kind, DEFAULT_MAX_BODY, HEADER_LEN};
+use super::payload::{Payload, SHARE_MIN};
 use super::WireError;
 use rkyv::util::AlignedVec;
 use std::ops::Range;
+use std::sync::Arc;
+
+/// The decoder's receive buffer, shared with the frames cut from it.
+type Buf = Arc<AlignedVec<16>>;
+
+/// Bytes asked of the socket per read when no large frame is pending.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// A per-connection stream decoder.
 #[derive(Debug)]
 pub struct FrameDecoder {
-    buf: AlignedVec<16>,
+    buf: Buf,
     /// Start of the unread bytes (always a multiple of 16).
     read: usize,
     max_body: u32,
     /// Once an error is seen the stream is out of sync for good.
     failed: bool,
+}
+
+/// One complete frame, its body still in the receive buffer.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// What the body is.
+    pub kind: Kind,
+    buf: Buf,
+    body: Range<usize>,
+}
+
+impl Frame {
+    /// The body, 16-byte aligned.
+    pub fn body(&self) -> &[u8] {
+        &self.buf[self.body.clone()]
+    }
+
+    /// `sub`, a part of [`Self::body`], as a payload that outlives the frame: shared with the
+    /// receive buffer when it is large, copied when it is small (or, defensively, when it is
+    /// not inside the body at all).
+    pub fn share(&self, sub: &[u8]) -> Payload {
+        let body = self.body();
+        let (base, start) = (body.as_ptr() as usize, sub.as_ptr() as usize);
+        let inside = start >= base && start + sub.len() <= base + body.len();
+        if sub.len() < SHARE_MIN || !inside {
+            return Payload::from(sub);
+        }
+        let at = self.body.start + (start - base);
+        Payload::from_bytes(bytes::Bytes::from_owner(Shared {
+            buf: self.buf.clone(),
+            range: at..at + sub.len(),
+        }))
+    }
+}
+
+/// Frames are equal when their kinds and bodies are.
+impl PartialEq for Frame {
+    fn eq(&self, other: &Frame) -> bool {
+        self.kind == other.kind && self.body() == other.body()
+    }
+}
+
+/// A part of a receive buffer, kept alive by the payload that shares it.
+struct Shared {
+    buf: Buf,
+    range: Range<usize>,
+}
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
 }
 
 impl Default for FrameDecoder {
@@ -31,23 +96,69 @@ impl FrameDecoder {
     /// A decoder refusing bodies larger than `max_body`.
     pub fn new(max_body: u32) -> Self {
         Self {
-            buf: AlignedVec::new(),
+            buf: Arc::new(AlignedVec::new()),
             read: 0,
             max_body,
             failed: false,
         }
     }
 
-    /// Append received bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
-        // Reclaim consumed space once it is the larger part (keeps alignment: `read % 16 == 0`).
-        if self.read > 0 && self.read * 2 >= self.buf.len() {
-            let rest = self.buf.len() - self.read;
-            self.buf.as_mut_slice().copy_within(self.read.., 0);
-            self.buf.resize(rest, 0);
+    /// The buffer, ready to take `more` bytes at its end: ours alone (a fresh one holding the
+    /// unread bytes if frames still share the old one), compacted when the consumed part is
+    /// the larger (keeps alignment: `read % 16 == 0`).
+    fn writable(&mut self, more: usize) -> &mut AlignedVec<16> {
+        let rest = self.buf.len() - self.read;
+        if Arc::get_mut(&mut self.buf).is_none() {
+            let mut fresh = AlignedVec::with_capacity((rest + more).max(READ_CHUNK));
+            fresh.extend_from_slice(&self.buf[self.read..]);
+            self.buf = Arc::new(fresh);
             self.read = 0;
         }
-        self.buf.extend_from_slice(bytes);
+        let read = std::mem::take(&mut self.read);
+        let Some(buf) = Arc::get_mut(&mut self.buf) else {
+            unreachable!("made unique above")
+        };
+        if read > 0 && read * 2 >= buf.len() {
+            buf.as_mut_slice().copy_within(read.., 0);
+            buf.resize(rest, 0);
+        } else {
+            self.read = read;
+        }
+        buf.reserve(more);
+        buf
+    }
+
+    /// Append received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.writable(bytes.len()).extend_from_slice(bytes);
+    }
+
+    /// Read once from `fd` straight into the buffer: as much as the frame in progress still
+    /// needs, at least [`READ_CHUNK`]. Returns the bytes read (0: end of stream) and whether
+    /// that was less than asked for, i.e. the socket is drained for now.
+    pub fn read_from(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<(usize, bool)> {
+        let want = self.missing().max(READ_CHUNK);
+        let buf = self.writable(want);
+        let len = buf.len();
+        // SAFETY: `writable` reserved `want` bytes past `len`; `read` writes at most that many
+        // into them, and only the `n` it reports as written are then counted as initialized.
+        unsafe {
+            let n = libc::read(fd, buf.as_mut_ptr().add(len).cast(), want);
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            buf.set_len(len + n as usize);
+            Ok((n as usize, (n as usize) < want))
+        }
+    }
+
+    /// Bytes still missing from the frame whose header has arrived (0 if none has).
+    fn missing(&self) -> usize {
+        let rest = &self.buf[self.read..];
+        match FrameHeader::parse(rest, self.max_body) {
+            Ok(Some(h)) => h.frame_len().saturating_sub(rest.len()),
+            _ => 0,
+        }
     }
 
     /// Bytes received but not yet returned as frames.
@@ -55,10 +166,10 @@ impl FrameDecoder {
         self.buf.len() - self.read
     }
 
-    /// The next complete frame: its kind and the range of its body in [`Self::bytes`].
-    /// `Ok(None)` means "need more bytes". An error poisons the decoder: the connection must be
-    /// closed, since the stream can no longer be trusted to be in sync.
-    pub fn next_frame(&mut self) -> Result<Option<(Kind, Range<usize>)>, WireError> {
+    /// The next complete frame. `Ok(None)` means "need more bytes". An error poisons the
+    /// decoder: the connection must be closed, since the stream can no longer be trusted to be
+    /// in sync.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
         if self.failed {
             return Err(WireError::Poisoned);
         }
@@ -74,14 +185,14 @@ impl FrameDecoder {
         if rest.len() < header.frame_len() {
             return Ok(None);
         }
-        let body = self.read + 16..self.read + 16 + header.body_len as usize;
+        let start = self.read + HEADER_LEN;
+        let body = start..start + header.body_len as usize;
         self.read += header.frame_len();
-        Ok(Some((header.kind, body)))
-    }
-
-    /// The buffer the ranges of [`Self::next_frame`] index into. Valid until the next `push`.
-    pub fn bytes(&self) -> &[u8] {
-        &self.buf
+        Ok(Some(Frame {
+            kind: header.kind,
+            buf: self.buf.clone(),
+            body,
+        }))
     }
 }
 
@@ -103,10 +214,12 @@ mod tests {
         let msgs = vec![
             Msg::Ping {
                 seq: 7,
-                payload: vec![1; 33],
+                payload: vec![1; 33].into(),
             },
             Msg::Up { ident: 5, hop: 3 },
-            Msg::Data { payload: vec![] },
+            Msg::Data {
+                payload: Default::default(),
+            },
             Msg::BConnect { id: 9 },
         ];
         let stream = frames(&msgs);
@@ -114,9 +227,9 @@ mod tests {
         let mut got = Vec::new();
         for b in &stream {
             d.push(std::slice::from_ref(b));
-            while let Some((kind, body)) = d.next_frame().unwrap() {
-                assert_eq!(kind, Kind::Msg);
-                let bytes = &d.bytes()[body];
+            while let Some(f) = d.next_frame().unwrap() {
+                assert_eq!(f.kind, Kind::Msg);
+                let bytes = f.body();
                 assert_eq!(bytes.as_ptr() as usize % 16, 0, "body aligned in place");
                 let archived: &ArchivedMsg = Msg::access(bytes).unwrap();
                 got.push(rkyv::deserialize::<Msg, rkyv::rancor::BoxedError>(archived).unwrap());
@@ -124,6 +237,90 @@ mod tests {
         }
         assert_eq!(got, msgs);
         assert_eq!(d.buffered(), 0);
+    }
+
+    /// A large payload is handed out without a copy and stays intact while the decoder goes
+    /// on receiving (into a fresh buffer, since the old one is still shared); a small one is
+    /// copied.
+    #[test]
+    fn large_payloads_are_shared_with_the_receive_buffer() {
+        use crate::proto::ping::PingMsg;
+        use crate::wire::WireMsg;
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let stream = frames(&[
+            Msg::Ping {
+                seq: 1,
+                payload: big.clone().into(),
+            },
+            Msg::Ping {
+                seq: 2,
+                payload: vec![9; 10].into(),
+            },
+        ]);
+        let mut d = FrameDecoder::default();
+        d.push(&stream);
+        let f = d.next_frame().unwrap().unwrap();
+        let Some(PingMsg::Ping { payload, .. }) =
+            PingMsg::from_wire(Msg::access(f.body()).unwrap(), &f)
+        else {
+            panic!("not a ping")
+        };
+        let body = f.body().as_ptr_range();
+        assert!(body.contains(&payload.as_ptr()), "shared, not copied");
+        drop(f);
+        let f = d.next_frame().unwrap().unwrap();
+        let Some(PingMsg::Ping { payload: small, .. }) =
+            PingMsg::from_wire(Msg::access(f.body()).unwrap(), &f)
+        else {
+            panic!("not a ping")
+        };
+        assert!(
+            !f.body().as_ptr_range().contains(&small.as_ptr()),
+            "small ones are copied"
+        );
+        drop(f);
+        // The decoder reuses nothing the payload still points into.
+        for _ in 0..4 {
+            d.push(&stream);
+            while d.next_frame().unwrap().is_some() {}
+        }
+        assert_eq!(&payload[..], &big[..]);
+        assert_eq!(&small[..], &[9; 10]);
+    }
+
+    /// `read_from` reads a socket straight into the buffer, a large frame in as few reads as
+    /// the socket allows, and says when the socket is drained.
+    #[test]
+    fn reads_straight_from_a_socket() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let stream = frames(&[Msg::Data {
+            payload: vec![5; 300_000].into(),
+        }]);
+        let writer = std::thread::spawn(move || a.write_all(&stream).map(|()| (a, stream.len())));
+        let mut d = FrameDecoder::default();
+        let mut got = None;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while got.is_none() && std::time::Instant::now() < deadline {
+            match d.read_from(b.as_raw_fd()) {
+                Ok((0, _)) => break,
+                Ok(_) => got = d.next_frame().unwrap(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let (_a, sent) = writer.join().unwrap().unwrap();
+        let f = got.expect("the whole frame arrived");
+        assert_eq!(16 + crate::wire::frame::padded(f.body().len()), sent);
+        let Ok(ArchivedMsg::Data { payload }) = Msg::access(f.body()) else {
+            panic!("not data")
+        };
+        assert!(payload.iter().all(|&x| x == 5) && payload.len() == 300_000);
+        assert!(
+            matches!(d.read_from(b.as_raw_fd()), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        );
     }
 
     #[test]
@@ -141,7 +338,7 @@ mod tests {
         assert!(matches!(d.next_frame(), Err(WireError::TooLarge { .. })));
         // Truncated: no frame until the rest arrives.
         let stream = frames(&[Msg::Data {
-            payload: vec![3; 100],
+            payload: vec![3; 100].into(),
         }]);
         let mut d = FrameDecoder::default();
         d.push(&stream[..stream.len() - 1]);
@@ -153,9 +350,9 @@ mod tests {
         crate::wire::frame::write_frame(Kind::Msg, &[0xff; 40], &mut junk).unwrap();
         let mut d = FrameDecoder::default();
         d.push(&junk);
-        let (_, body) = d.next_frame().unwrap().unwrap();
+        let f = d.next_frame().unwrap().unwrap();
         assert!(matches!(
-            Msg::access(&d.bytes()[body]),
+            Msg::access(f.body()),
             Err(WireError::Malformed(_))
         ));
     }
@@ -186,11 +383,8 @@ mod tests {
         let mut d = FrameDecoder::default();
         d.push(&stream);
         for want in all {
-            let (_, body) = d.next_frame().unwrap().unwrap();
-            assert_eq!(
-                Msg::access(&d.bytes()[body]).unwrap().to_overlay(),
-                Some(want)
-            );
+            let f = d.next_frame().unwrap().unwrap();
+            assert_eq!(Msg::access(f.body()).unwrap().to_overlay(), Some(want));
         }
     }
 }
@@ -210,14 +404,14 @@ mod seeds {
         for m in [
             Msg::Ping {
                 seq: 1,
-                payload: vec![7; 32],
+                payload: vec![7; 32].into(),
             },
             Msg::Pong {
                 seq: 1,
-                payload: vec![],
+                payload: Default::default(),
             },
             Msg::Data {
-                payload: b"hello".to_vec(),
+                payload: b"hello".to_vec().into(),
             },
             Msg::FConnect { id: 3 },
             Msg::Up { ident: 4, hop: 2 },
@@ -237,8 +431,8 @@ mod seeds {
         for s in &seeds {
             let mut d = FrameDecoder::default();
             d.push(s);
-            let (_, body) = d.next_frame().unwrap().expect("a whole frame");
-            assert_eq!(body.end.div_ceil(16) * 16, s.len());
+            let f = d.next_frame().unwrap().expect("a whole frame");
+            assert_eq!((16 + f.body().len()).div_ceil(16) * 16, s.len());
         }
         if let Ok(dir) = std::env::var("WEFT_WRITE_FUZZ_SEEDS") {
             std::fs::create_dir_all(&dir).unwrap();

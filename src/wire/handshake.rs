@@ -357,15 +357,15 @@ mod tests {
         let (mut ra, mut rb) = (Ok(None), Ok(None));
         for _ in 0..4 {
             db.push(&std::mem::take(&mut to_b));
-            while let Some((k, body)) = db.next_frame().unwrap() {
+            while let Some(f) = db.next_frame().unwrap() {
                 if rb.is_ok() {
-                    rb = hb.on_frame(k, &db.bytes()[body], &mut to_a);
+                    rb = hb.on_frame(f.kind, f.body(), &mut to_a);
                 }
             }
             da.push(&std::mem::take(&mut to_a));
-            while let Some((k, body)) = da.next_frame().unwrap() {
+            while let Some(f) = da.next_frame().unwrap() {
                 if ra.is_ok() {
-                    ra = ha.on_frame(k, &da.bytes()[body], &mut to_b);
+                    ra = ha.on_frame(f.kind, f.body(), &mut to_b);
                 }
             }
         }
@@ -407,14 +407,14 @@ mod tests {
             .unwrap();
         let mut d = FrameDecoder::default();
         d.push(&peer_hello);
-        let (k, body) = d.next_frame().unwrap().unwrap();
+        let f = d.next_frame().unwrap().unwrap();
         let mut my_auth = Vec::new();
-        h.on_frame(k, &d.bytes()[body], &mut my_auth).unwrap();
+        h.on_frame(f.kind, f.body(), &mut my_auth).unwrap();
         let mut d = FrameDecoder::default();
         d.push(&my_auth);
-        let (k, body) = d.next_frame().unwrap().unwrap();
+        let f = d.next_frame().unwrap().unwrap();
         assert_eq!(
-            h.on_frame(k, &d.bytes()[body], &mut sink),
+            h.on_frame(f.kind, f.body(), &mut sink),
             Err(HandshakeError::BadProof)
         );
         // A protocol message before authentication is refused.

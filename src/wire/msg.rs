@@ -1,7 +1,9 @@
 //! The one message enum every protocol's messages travel in, archived with rkyv and read in
 //! place from the receive buffer after validation.
 
+use super::decoder::Frame;
 use super::frame::{write_frame_with, Kind};
+use super::payload::Payload;
 use super::WireError;
 use crate::proto::bmg::BmgMsg;
 use crate::proto::overlay::OverlayMsg;
@@ -59,19 +61,19 @@ pub enum Msg {
         /// Sequence number.
         seq: u64,
         /// Bytes to carry.
-        payload: Vec<u8>,
+        payload: Payload,
     },
     /// Answer to `Ping`.
     Pong {
         /// The ping's sequence number.
         seq: u64,
         /// The ping's bytes.
-        payload: Vec<u8>,
+        payload: Payload,
     },
     /// Opaque application data.
     Data {
         /// The bytes.
-        payload: Vec<u8>,
+        payload: Payload,
     },
     /// Algorithm 1: `F_Connect(I)`.
     FConnect {
@@ -198,6 +200,17 @@ impl Msg {
         })
     }
 
+    /// The payload this message carries, if any: the bytes a sender may splice into its
+    /// queue by reference instead of copying ([`super::sendq`]).
+    pub fn payload(&self) -> Option<&Payload> {
+        match self {
+            Msg::Ping { payload, .. } | Msg::Pong { payload, .. } | Msg::Data { payload } => {
+                Some(payload)
+            }
+            _ => None,
+        }
+    }
+
     /// Validate a frame body and view it in place. `body` must start 16-byte aligned (frame
     /// bodies in a [`super::FrameDecoder`]'s buffer do).
     pub fn access(body: &[u8]) -> Result<&ArchivedMsg, WireError> {
@@ -252,15 +265,16 @@ impl ArchivedMsg {
 pub trait WireMsg: Sized {
     /// Wrap for sending.
     fn to_wire(self) -> Msg;
-    /// Read from a validated archive; `None` if the message is not this protocol's.
-    fn from_wire(m: &ArchivedMsg) -> Option<Self>;
+    /// Read from a validated archive `m` of `frame`'s body (large payloads are shared with
+    /// the frame, [`Frame::share`]); `None` if the message is not this protocol's.
+    fn from_wire(m: &ArchivedMsg, frame: &Frame) -> Option<Self>;
 }
 
 impl WireMsg for OverlayMsg {
     fn to_wire(self) -> Msg {
         self.into()
     }
-    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+    fn from_wire(m: &ArchivedMsg, _: &Frame) -> Option<Self> {
         m.to_overlay()
     }
 }
@@ -273,16 +287,16 @@ impl WireMsg for crate::proto::ping::PingMsg {
             PingMsg::Pong { seq, payload } => Msg::Pong { seq, payload },
         }
     }
-    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+    fn from_wire(m: &ArchivedMsg, frame: &Frame) -> Option<Self> {
         use crate::proto::ping::PingMsg;
         match m {
             ArchivedMsg::Ping { seq, payload } => Some(PingMsg::Ping {
                 seq: seq.to_native(),
-                payload: payload.as_slice().to_vec(),
+                payload: frame.share(payload.as_slice()),
             }),
             ArchivedMsg::Pong { seq, payload } => Some(PingMsg::Pong {
                 seq: seq.to_native(),
-                payload: payload.as_slice().to_vec(),
+                payload: frame.share(payload.as_slice()),
             }),
             _ => None,
         }
@@ -294,7 +308,7 @@ impl WireMsg for crate::proto::relay::RelayMsg {
         let crate::proto::relay::RelayMsg::Token { hops } = self;
         Msg::Token { hops }
     }
-    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+    fn from_wire(m: &ArchivedMsg, _: &Frame) -> Option<Self> {
         match m {
             ArchivedMsg::Token { hops } => Some(crate::proto::relay::RelayMsg::Token {
                 hops: hops.to_native(),
@@ -324,7 +338,7 @@ impl WireMsg for crate::proto::membership::MemberMsg {
         }
     }
 
-    fn from_wire(m: &ArchivedMsg) -> Option<Self> {
+    fn from_wire(m: &ArchivedMsg, _: &Frame) -> Option<Self> {
         use crate::proto::membership::MemberMsg as M;
         let id = |x: &rkyv::rend::u64_le| NodeId(x.to_native());
         Some(match m {
@@ -367,10 +381,12 @@ mod tests {
         let msgs = [
             Msg::Ping {
                 seq: 3,
-                payload: (0..1000u32).map(|i| i as u8).collect(),
+                payload: (0..1000u32).map(|i| i as u8).collect::<Vec<_>>().into(),
             },
             Msg::Up { ident: 9, hop: 2 },
-            Msg::Data { payload: vec![] },
+            Msg::Data {
+                payload: Payload::default(),
+            },
         ];
         for prefix in [0usize, 16, 48] {
             let mut ours = vec![7u8; prefix];
@@ -429,9 +445,9 @@ mod tests {
         let mut dec = FrameDecoder::new(1 << 20);
         dec.push(&bytes);
         let mut back = Vec::new();
-        while let Some((_, body)) = dec.next_frame().unwrap() {
-            let archived = Msg::access(&dec.bytes()[body]).unwrap();
-            back.push(MemberMsg::from_wire(archived).unwrap());
+        while let Some(f) = dec.next_frame().unwrap() {
+            let archived = Msg::access(f.body()).unwrap();
+            back.push(MemberMsg::from_wire(archived, &f).unwrap());
         }
         assert_eq!(back, msgs);
         // Another protocol's message is not membership's.
@@ -440,7 +456,7 @@ mod tests {
         ping.write_frame(&mut b).unwrap();
         let mut dec = FrameDecoder::new(1 << 20);
         dec.push(&b);
-        let (_, body) = dec.next_frame().unwrap().unwrap();
-        assert!(MemberMsg::from_wire(Msg::access(&dec.bytes()[body]).unwrap()).is_none());
+        let f = dec.next_frame().unwrap().unwrap();
+        assert!(MemberMsg::from_wire(Msg::access(f.body()).unwrap(), &f).is_none());
     }
 }
