@@ -20,7 +20,7 @@ use super::uring::UringRecv;
 use super::{Backend, EngineError, WaitMode, SPIN};
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::{Handshake, Identity, Role};
-use crate::wire::{FrameDecoder, Kind, Msg, WireMsg};
+use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
 use crate::NodeId;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -121,31 +121,38 @@ struct Conn {
     generation: u32,
     stream: TcpStream,
     decoder: FrameDecoder,
-    out: Vec<u8>,
-    written: usize,
+    out: SendQueue,
     handshake: Handshake,
     /// The authenticated peer.
     peer: Option<NodeId>,
     /// Whom we dialed, for connections we opened.
     dialed: Option<NodeId>,
     /// Frames waiting for authentication (our own connections only).
-    queued: Vec<u8>,
+    queued: SendQueue,
 }
 
+/// Chunks handed to one gather write.
+const MAX_IOV: usize = 64;
+
 impl Conn {
-    /// Write as much of `out` as the socket takes.
+    /// Write as much of `out` as the socket takes, large payloads from where they lie.
     fn flush(&mut self) -> std::io::Result<()> {
-        while self.written < self.out.len() {
-            match self.stream.write(&self.out[self.written..]) {
+        while !self.out.is_empty() {
+            let mut iov = [std::io::IoSlice::new(&[]); MAX_IOV];
+            let n = self.out.slices(&mut iov);
+            let written = if n == 1 {
+                self.stream.write(&iov[0])
+            } else {
+                self.stream.write_vectored(&iov[..n])
+            };
+            match written {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => self.written += n,
+                Ok(k) => self.out.consume(k),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        self.out.clear();
-        self.written = 0;
         Ok(())
     }
 }
@@ -440,8 +447,8 @@ where
             return Ok(None);
         };
         stream.set_nodelay(true)?;
-        let mut out = Vec::new();
-        let handshake = match Handshake::start(role, identity, dialed, &mut out) {
+        let mut hello = Vec::new();
+        let handshake = match Handshake::start(role, identity, dialed, &mut hello) {
             Ok(hs) => hs,
             Err(e) => {
                 self.emit(h, NodeEvent::Refused(e.to_string()));
@@ -453,12 +460,15 @@ where
             generation: 0,
             stream,
             decoder: FrameDecoder::new(self.cfg.max_body),
-            out,
-            written: 0,
+            out: {
+                let mut q = SendQueue::new();
+                q.push_bytes(&hello);
+                q
+            },
             handshake,
             peer: None,
             dialed,
-            queued: Vec::new(),
+            queued: SendQueue::new(),
         })?;
         Ok(Some(slot))
     }
@@ -598,11 +608,13 @@ where
             let (kind, bytes) = (frame.kind, frame.body());
             match conn.peer {
                 None => {
-                    if let Some(peer) = conn
+                    let mut reply = Vec::new();
+                    let authenticated = conn
                         .handshake
-                        .on_frame(kind, bytes, &mut conn.out)
-                        .map_err(|e| e.to_string())?
-                    {
+                        .on_frame(kind, bytes, &mut reply)
+                        .map_err(|e| e.to_string())?;
+                    conn.out.push_bytes(&reply);
+                    if let Some(peer) = authenticated {
                         conn.peer = Some(peer);
                         // Our own connection: release what waited for authentication.
                         conn.out.append(&mut conn.queued);
@@ -771,7 +783,7 @@ where
         } else {
             &mut conn.queued
         };
-        if let Err(e) = msg.write_frame(buf) {
+        if let Err(e) = buf.push_msg(&msg) {
             self.emit(h, NodeEvent::Refused(e.to_string()));
             return Ok(());
         }

@@ -9,11 +9,13 @@ pub mod handshake;
 #[allow(missing_docs)] // for the types rkyv generates (resolvers); `Msg` itself is documented
 pub mod msg;
 pub mod payload;
+pub mod sendq;
 
 pub use decoder::{Frame, FrameDecoder};
 pub use frame::Kind;
 pub use msg::{ArchivedMsg, Msg, WireMsg};
 pub use payload::Payload;
+pub use sendq::SendQueue;
 
 /// Why bytes from a peer were refused. The connection that sent them is closed; the node goes on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
