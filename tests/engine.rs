@@ -54,11 +54,28 @@ fn ping_pong_over_loopback_all_sizes() {
     }
 }
 
+/// io_uring zero-copy sends (every send, from the handshake on) deliver the same bytes.
+#[test]
+fn ping_pong_with_zero_copy_sends() {
+    if weft::engine::uring_unavailable().is_some() {
+        eprintln!("io_uring unavailable here: skipped");
+        return;
+    }
+    ping_pong_over_loopback_all_sizes_with(NodeOptions {
+        zerocopy_min: 0,
+        ..opts_for(Backend::Uring)
+    });
+}
+
 fn ping_pong_over_loopback_all_sizes_on(backend: Backend) {
-    let sizes = vec![8, 4096, 1 << 20];
-    let c = Cluster::start(2, opts_for(backend), |i, ids| {
+    ping_pong_over_loopback_all_sizes_with(opts_for(backend))
+}
+
+fn ping_pong_over_loopback_all_sizes_with(opts: NodeOptions) {
+    let sizes = vec![8, 4096, 100_000, 1 << 20];
+    let c = Cluster::start(2, opts, |i, ids| {
         if i == 0 {
-            PingPong::pinger(ids[1], sizes.clone(), 50, 5)
+            PingPong::pinger(ids[1], sizes.clone(), 50, 5).verifying()
         } else {
             PingPong::ponger()
         }
@@ -75,7 +92,12 @@ fn ping_pong_over_loopback_all_sizes_on(backend: Backend) {
     );
     let pinger = c.stop_all().unwrap().into_iter().next().unwrap();
     let trips: Vec<usize> = pinger.samples().iter().map(|&(size, _)| size).collect();
-    assert_eq!(trips.len(), 150);
+    assert_eq!(trips.len(), 50 * sizes.len());
+    assert_eq!(
+        pinger.mismatches(),
+        0,
+        "every echo carried the ping's bytes"
+    );
     for s in &sizes {
         assert_eq!(trips.iter().filter(|&&t| t == *s).count(), 50);
     }

@@ -4,6 +4,7 @@
 use clap::Args;
 use weft::engine::{Backend, WaitMode};
 use weft::transport::ping::{engine, std_busy_poll, PingRow};
+use weft::transport::NodeOptions;
 
 /// Arguments of `weft ping`.
 #[derive(Args, Debug)]
@@ -24,6 +25,9 @@ pub struct PingArgs {
     /// How reactors wait.
     #[arg(long, value_enum, default_value_t = WaitMode::Busy)]
     wait: WaitMode,
+    /// io_uring sends of at least this many bytes are zero-copy (SENDMSG_ZC).
+    #[arg(long, default_value_t = weft::transport::ZEROCOPY_MIN)]
+    zerocopy_min: usize,
     /// Also run the std-library busy-poll ping-pong with the same sizes and print ratios.
     #[arg(long)]
     compare: bool,
@@ -42,7 +46,13 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         a.sizes.iter().all(|&s| s <= 8 << 20),
         "sizes above 8 MiB are not supported"
     );
-    let ours = engine(&a.sizes, a.iters, a.wait, a.backend)?;
+    let opts = NodeOptions {
+        wait: a.wait,
+        backend: a.backend,
+        zerocopy_min: a.zerocopy_min,
+        ..NodeOptions::default()
+    };
+    let ours = engine(&a.sizes, a.iters, opts)?;
     let peer = if a.compare {
         std_busy_poll(&a.sizes, a.iters)?
     } else {

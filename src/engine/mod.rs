@@ -1,10 +1,10 @@
 //! The engine: reactors that move frames between sockets and sans-IO protocols.
 //!
-//! One reactor thread per node, pinned to a core, owning its listener, its connections, its
-//! timers and its protocol, with no locks on the hot path. Two receive paths behind one
-//! reactor ([`reactor`]): `uring` (io_uring multishot receive into a provided buffer ring,
-//! [`uring`]) and `poll` (epoll readiness, then `read`). Accept, connect and send go through
-//! epoll and plain syscalls on both for now. The choice is automatic (io_uring unless the
+//! One reactor thread per core, pinned, hosting many nodes, each with its own listener,
+//! connections, timers and protocol, with no locks on the hot path. Two backends behind one
+//! reactor ([`reactor`]): `uring` (accept, connect, multishot receive into a provided buffer
+//! ring, and gather sends, all through io_uring, [`uring`]) and `poll` (epoll readiness, then
+//! `read` and `writev`). The choice is automatic (io_uring unless the
 //! kernel or sandbox refuses it, said once on stderr), or forced by `--backend` or
 //! `WEFT_BACKEND`. The engine knows frames and timers, never protocol rules.
 

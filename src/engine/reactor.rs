@@ -11,17 +11,19 @@
 //! connection that fails (refused, reset, closed, or a frame that does not check) is closed
 //! alone; if its peer was known, the protocol hears `on_suspect(peer)`.
 //!
-//! On the io_uring backend receives and accepts complete in the ring; epoll watches the ring's
-//! fd, the waker, and connections' writability (connects, full send buffers). On the poll
-//! backend epoll watches everything.
+//! On the io_uring backend everything goes through the ring: accepts, connects, receives and
+//! sends (a gather `sendmsg`, zero-copy above [`ReactorConfig::zerocopy_min`]); epoll only
+//! watches the ring's fd and the waker, so a blocked reactor wakes for either. On the poll
+//! backend epoll watches everything and sends are `writev`s.
 
 use super::timers::Timers;
-use super::uring::UringRecv;
+use super::uring::Uring;
 use super::{Backend, EngineError, WaitMode, SPIN};
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::{Handshake, Identity, Role};
 use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
 use crate::NodeId;
+use bytes::Bytes;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::collections::HashMap;
@@ -37,8 +39,17 @@ const RING: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
-/// On io_uring, hosted node `h`'s multishot accept completes with `user_data` `ACCEPT | h`.
-const ACCEPT: u64 = 1 << 63;
+
+/// io_uring `user_data`: the kind of request in the top four bits. A connection's receive and
+/// connect carry its slot and generation, a send its entry in the reactor's send table, an
+/// accept its hosted node.
+const OP_SHIFT: u32 = 60;
+const OP_RECV: u64 = 0;
+const OP_SEND: u64 = 1;
+const OP_CONNECT: u64 = 2;
+const OP_ACCEPT: u64 = 3;
+/// Generations are kept to 28 bits so that slot, generation and kind fit one `user_data`.
+const GEN_MASK: u32 = (1 << 28) - 1;
 
 /// Orders from outside the reactor.
 #[derive(Debug)]
@@ -86,6 +97,9 @@ pub struct ReactorConfig {
     pub epoch: Instant,
     /// io_uring provided buffers: how many (a power of two) and how large.
     pub recv_buffers: (u16, u32),
+    /// io_uring sends of at least this many bytes are zero-copy (`SENDMSG_ZC`: the kernel pins
+    /// the pages instead of copying them, and reports when it is done with them).
+    pub zerocopy_min: usize,
 }
 
 /// A node to host.
@@ -129,6 +143,55 @@ struct Conn {
     dialed: Option<NodeId>,
     /// Frames waiting for authentication (our own connections only).
     queued: SendQueue,
+    /// io_uring: our connect has not completed yet (nothing is received or sent before).
+    connecting: bool,
+    /// io_uring: a send of this connection is in flight. One at a time keeps the byte order
+    /// (a second send could overtake a short first one).
+    sending: bool,
+}
+
+/// A send handed to io_uring: the chunks and the `msghdr` and iovecs naming them, boxed so
+/// their addresses stay put until the kernel's last completion for the send (which may come
+/// after the connection is closed; the reactor keeps it until then).
+struct SendOp {
+    slot: usize,
+    generation: u32,
+    chunks: Vec<Bytes>,
+    iov: Vec<libc::iovec>,
+    hdr: libc::msghdr,
+}
+
+impl SendOp {
+    /// Point the header at the chunks.
+    fn prepare(&mut self) {
+        self.iov.clear();
+        self.iov.extend(self.chunks.iter().map(|c| libc::iovec {
+            iov_base: c.as_ptr() as *mut libc::c_void,
+            iov_len: c.len(),
+        }));
+        // SAFETY: msghdr is plain integers and pointers, for which all-zero bytes are valid.
+        self.hdr = unsafe { std::mem::zeroed() };
+        self.hdr.msg_iov = self.iov.as_mut_ptr();
+        self.hdr.msg_iovlen = self.iov.len() as _;
+    }
+
+    fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    /// What the first `sent` bytes left unsent, as new handles on the same memory.
+    fn unsent(&self, mut sent: usize) -> Vec<Bytes> {
+        let mut rest = Vec::new();
+        for c in &self.chunks {
+            if sent >= c.len() {
+                sent -= c.len();
+            } else {
+                rest.push(c.slice(sent..));
+                sent = 0;
+            }
+        }
+        rest
+    }
 }
 
 /// Chunks handed to one gather write.
@@ -175,8 +238,17 @@ pub struct Reactor<P: Protocol> {
     /// Received messages: (hosted node, sender, message).
     inbox: Vec<(usize, NodeId, P::Msg)>,
     stop: bool,
-    uring: Option<UringRecv>,
+    uring: Option<Uring>,
     generation: u32,
+    /// io_uring sends in flight, by id (they outlive their connection if it closes first).
+    sends: HashMap<u64, Box<SendOp>>,
+    next_send: u64,
+    /// io_uring connects in flight: the address each was given, kept until it completes.
+    connects: HashMap<u64, Box<socket2::SockAddr>>,
+    /// Finished send records, reused. Boxed because an op in flight must not move, and a
+    /// reused box goes back into `sends` without a new allocation.
+    #[allow(clippy::vec_box)]
+    spare_sends: Vec<Box<SendOp>>,
     /// Scratch lists of `uring_step`: connections that received bytes, receives to re-arm.
     touched: Vec<usize>,
     rearm: Vec<usize>,
@@ -203,7 +275,7 @@ where
                         "{count} receive buffers of {size} bytes: need a power of two of non-empty buffers"
                     )));
                 }
-                let u = UringRecv::new(256, count, size)?;
+                let u = Uring::new(256, count, size)?;
                 poll.registry().register(
                     &mut mio::unix::SourceFd(&u.fd()),
                     RING,
@@ -222,7 +294,7 @@ where
             match &mut uring {
                 Some(u) => {
                     use std::os::fd::AsRawFd;
-                    u.arm_accept(listener.as_raw_fd(), ACCEPT | h as u64)?;
+                    u.arm_accept(listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
                 }
                 None => {
                     poll.registry().register(
@@ -259,6 +331,10 @@ where
             stop: false,
             uring,
             generation: 0,
+            sends: HashMap::new(),
+            next_send: 0,
+            connects: HashMap::new(),
+            spare_sends: Vec::new(),
             touched: Vec::new(),
             rearm: Vec::new(),
         })
@@ -295,6 +371,11 @@ where
         let mut last_activity = Instant::now();
         let mut spins: u32 = 0;
         while !self.stop {
+            // What the last turn queued in the ring (sends, connects, re-armed receives) goes
+            // out in one submission, before any wait.
+            if let Some(u) = self.uring.as_mut() {
+                u.submit_pending()?;
+            }
             let spinning = match self.cfg.wait {
                 WaitMode::Busy => true,
                 WaitMode::Adaptive => last_activity.elapsed() < SPIN,
@@ -358,6 +439,11 @@ where
         for h in 0..self.hosts.len() {
             self.stop_node(h);
         }
+        // The sockets are shut down; wait for the ring to let go of every buffer it was given
+        // (the send table and the provided buffers are freed after this).
+        if let Some(u) = self.uring.as_mut() {
+            u.cancel_all(Duration::from_secs(1));
+        }
         Ok(())
     }
 
@@ -392,10 +478,13 @@ where
         // An armed io_uring accept holds the listener open; shutting it down ends the request
         // and stops the socket listening now, so dialers are refused as by a dead process.
         let _ = socket2::SockRef::from(&host.listener).shutdown(std::net::Shutdown::Both);
+        let registered = self.uring.is_none();
         for (i, slot) in self.conns.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|c| c.host == h) {
                 if let Some(mut conn) = slot.take() {
-                    let _ = self.poll.registry().deregister(&mut conn.stream);
+                    if registered {
+                        let _ = self.poll.registry().deregister(&mut conn.stream);
+                    }
                     let _ = conn.stream.shutdown(std::net::Shutdown::Both);
                     self.free.push(i);
                 }
@@ -415,33 +504,35 @@ where
             }
         };
         let mut conn = conn;
-        self.generation = self.generation.wrapping_add(1);
+        self.generation = (self.generation + 1) & GEN_MASK;
         conn.generation = self.generation;
-        // With io_uring the ring receives; epoll only reports writability (connect done,
-        // send buffer free again).
-        let interest = match self.uring {
-            Some(_) => Interest::WRITABLE,
-            None => Interest::READABLE | Interest::WRITABLE,
-        };
-        self.poll
-            .registry()
-            .register(&mut conn.stream, Token(slot + FIRST_CONN), interest)?;
-        if let Some(u) = &mut self.uring {
-            use std::os::fd::AsRawFd;
-            u.arm(conn.stream.as_raw_fd(), user_data(slot, conn.generation))?;
+        match &mut self.uring {
+            // The ring receives (once connected) and sends; epoll never sees the socket.
+            Some(u) => {
+                if !conn.connecting {
+                    use std::os::fd::AsRawFd;
+                    u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))?;
+                }
+            }
+            None => self.poll.registry().register(
+                &mut conn.stream,
+                Token(slot + FIRST_CONN),
+                Interest::READABLE | Interest::WRITABLE,
+            )?,
         }
         self.conns[slot] = Some(conn);
         Ok(slot)
     }
 
     /// Start hosted node `h`'s handshake on a new connection and register it; `None` if it
-    /// cannot start.
+    /// cannot start. `connecting`: an io_uring connect is still under way.
     fn open(
         &mut self,
         h: usize,
         stream: TcpStream,
         role: Role,
         dialed: Option<NodeId>,
+        connecting: bool,
     ) -> Result<Option<usize>, EngineError> {
         let Some(identity) = self.hosts[h].as_ref().map(|x| x.identity.clone()) else {
             return Ok(None);
@@ -469,7 +560,12 @@ where
             peer: None,
             dialed,
             queued: SendQueue::new(),
+            connecting,
+            sending: false,
         })?;
+        if !connecting {
+            self.flush(slot)?;
+        }
         Ok(Some(slot))
     }
 
@@ -480,7 +576,7 @@ where
             };
             match host.listener.accept() {
                 Ok((stream, _)) => {
-                    self.open(h, stream, Role::Responder, None)?;
+                    self.open(h, stream, Role::Responder, None, false)?;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -501,7 +597,7 @@ where
             let stream = unsafe { std::net::TcpStream::from_raw_fd(raw) };
             if alive {
                 stream.set_nonblocking(true)?;
-                self.open(h, TcpStream::from_std(stream), Role::Responder, None)?;
+                self.open(h, TcpStream::from_std(stream), Role::Responder, None, false)?;
             }
         } else if raw != -libc::ECANCELED && alive {
             let e = std::io::Error::from_raw_os_error(-raw);
@@ -510,7 +606,7 @@ where
         if !more && alive {
             if let (Some(u), Some(host)) = (self.uring.as_mut(), self.hosts[h].as_ref()) {
                 use std::os::fd::AsRawFd;
-                u.arm_accept(host.listener.as_raw_fd(), ACCEPT | h as u64)?;
+                u.arm_accept(host.listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
             }
         }
         Ok(())
@@ -524,7 +620,9 @@ where
         };
         self.free.push(slot);
         let h = conn.host;
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        if self.uring.is_none() {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+        }
         // Ends an armed io_uring receive too (its last completion is recognized as stale).
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         let who = conn.peer.or(conn.dialed);
@@ -604,6 +702,7 @@ where
         let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
             return Ok(());
         };
+        let mut answered = false;
         while let Some(frame) = conn.decoder.next_frame().map_err(|e| e.to_string())? {
             let (kind, bytes) = (frame.kind, frame.body());
             match conn.peer {
@@ -626,7 +725,7 @@ where
                                 .send((host.identity.node_id, NodeEvent::Authenticated(peer)));
                         }
                     }
-                    conn.flush().map_err(|e| e.to_string())?;
+                    answered = true;
                 }
                 Some(peer) if kind == Kind::Msg => {
                     let msg = Msg::access(bytes).map_err(|e| e.to_string())?;
@@ -637,7 +736,130 @@ where
                 Some(_) => return Err(format!("unexpected {kind:?} frame after the handshake")),
             }
         }
+        if answered {
+            self.push_out(slot)?;
+        }
         Ok(())
+    }
+
+    /// Start writing what `slot` has queued: a `writev` now (poll), or a send handed to the
+    /// ring unless one is in flight (io_uring). An error is the connection's.
+    fn push_out(&mut self, slot: usize) -> Result<(), String> {
+        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return Ok(());
+        };
+        let Some(u) = self.uring.as_mut() else {
+            return conn.flush().map_err(|e| e.to_string());
+        };
+        if conn.connecting || conn.sending || conn.out.is_empty() {
+            return Ok(());
+        }
+        let mut op = self.spare_sends.pop().unwrap_or_else(|| {
+            Box::new(SendOp {
+                slot,
+                generation: 0,
+                chunks: Vec::new(),
+                iov: Vec::new(),
+                // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
+                hdr: unsafe { std::mem::zeroed() },
+            })
+        });
+        op.slot = slot;
+        op.generation = conn.generation;
+        conn.out.take(&mut op.chunks, MAX_IOV);
+        op.prepare();
+        let zerocopy = op.len() >= self.cfg.zerocopy_min;
+        self.next_send = (self.next_send + 1) & ((1 << OP_SHIFT) - 1);
+        let id = self.next_send;
+        use std::os::fd::AsRawFd;
+        // SAFETY: the op is boxed (its header, iovecs and chunks do not move) and stays in
+        // `sends`, unchanged, until its last completion; `cancel_all` waits for that before
+        // the reactor drops the table.
+        unsafe {
+            u.send_msg(
+                conn.stream.as_raw_fd(),
+                &op.hdr,
+                zerocopy,
+                OP_SEND << OP_SHIFT | id,
+            )
+        }
+        .map_err(|e| format!("io_uring send: {e}"))?;
+        conn.sending = true;
+        self.sends.insert(id, op);
+        Ok(())
+    }
+
+    /// [`Self::push_out`], closing the connection if it fails.
+    fn flush(&mut self, slot: usize) -> Result<(), EngineError> {
+        match self.push_out(slot) {
+            Ok(()) => Ok(()),
+            Err(why) => self.close(slot, why),
+        }
+    }
+
+    /// io_uring: send `id` completed: `res` bytes went out (or the error). What it did not
+    /// send goes back to the front of the queue and the next send starts. A zero-copy send's
+    /// buffers are kept until its notification (`notif`); `more` says one is still coming.
+    fn sent(&mut self, id: u64, res: i32, more: bool, notif: bool) -> Result<(), EngineError> {
+        let Some(op) = self.sends.get(&id) else {
+            return Ok(());
+        };
+        let slot = op.slot;
+        // What the connection does next: nothing (closed meanwhile, or this is only the
+        // notification), send on, or close.
+        let mut next = None;
+        let live = self
+            .conns
+            .get_mut(slot)
+            .and_then(|c| c.as_mut())
+            .filter(|c| c.generation == op.generation);
+        if let (false, Some(conn)) = (notif, live) {
+            conn.sending = false;
+            next = Some(if res < 0 {
+                Err(std::io::Error::from_raw_os_error(-res).to_string())
+            } else if res == 0 && op.len() > 0 {
+                Err("the socket took no bytes".to_string())
+            } else {
+                conn.out.unshift(op.unsent(res as usize).into_iter());
+                Ok(())
+            });
+        }
+        if !more {
+            if let Some(mut op) = self.sends.remove(&id) {
+                op.chunks.clear();
+                self.spare_sends.push(op);
+            }
+        }
+        match next {
+            Some(Ok(())) => self.flush(slot),
+            Some(Err(why)) => self.close(slot, why),
+            None => Ok(()),
+        }
+    }
+
+    /// io_uring: the connect of `slot` finished with `res` (0 or a negative errno).
+    fn connected(&mut self, tagged: u64, slot: usize, res: i32) -> Result<(), EngineError> {
+        let addr = self.connects.remove(&tagged);
+        let generation = (tagged >> 32) as u32 & GEN_MASK;
+        let Some(conn) = self
+            .conns
+            .get_mut(slot)
+            .and_then(|c| c.as_mut())
+            .filter(|c| c.generation == generation)
+        else {
+            return Ok(()); // closed while connecting
+        };
+        if res < 0 {
+            let to = addr.and_then(|a| a.as_socket());
+            let e = std::io::Error::from_raw_os_error(-res);
+            return self.close(slot, format!("connect {to:?}: {e}"));
+        }
+        conn.connecting = false;
+        if let Some(u) = self.uring.as_mut() {
+            use std::os::fd::AsRawFd;
+            u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, generation))?;
+        }
+        self.flush(slot)
     }
 
     /// io_uring path: run pending completion work, feed received bytes to decoders, re-arm
@@ -652,16 +874,19 @@ where
         let mut rearm = std::mem::take(&mut self.rearm);
         let mut failed: Vec<(usize, String)> = Vec::new();
         let mut accepted: Vec<(usize, i32, bool)> = Vec::new();
+        let mut sent: Vec<(u64, i32, bool, bool)> = Vec::new();
+        let mut connected: Vec<(u64, usize, i32)> = Vec::new();
         let conns = &mut self.conns;
         u.drain(|c| {
-            if c.user_data & ACCEPT != 0 {
-                accepted.push(((c.user_data & !ACCEPT) as usize, c.raw, c.more));
-                return;
+            let low = c.user_data & ((1 << OP_SHIFT) - 1);
+            let (slot, generation) = ((low & 0xffff_ffff) as usize, (low >> 32) as u32);
+            match c.user_data >> OP_SHIFT {
+                OP_RECV => {}
+                OP_SEND => return sent.push((low, c.raw, c.more, c.notif)),
+                OP_CONNECT => return connected.push((c.user_data, slot, c.raw)),
+                OP_ACCEPT => return accepted.push((low as usize, c.raw, c.more)),
+                _ => return,
             }
-            let (slot, generation) = (
-                (c.user_data & 0xffff_ffff) as usize,
-                (c.user_data >> 32) as u32,
-            );
             let Some(conn) = conns
                 .get_mut(slot)
                 .and_then(|x| x.as_mut())
@@ -682,9 +907,19 @@ where
                 Err(e) => failed.push((slot, e.to_string())),
             }
         });
-        let any = !touched.is_empty() || !failed.is_empty() || !accepted.is_empty();
+        let any = !touched.is_empty()
+            || !failed.is_empty()
+            || !accepted.is_empty()
+            || !sent.is_empty()
+            || !connected.is_empty();
         for (h, raw, more) in accepted {
             self.accepted(h, raw, more)?;
+        }
+        for (tagged, slot, res) in connected {
+            self.connected(tagged, slot, res)?;
+        }
+        for (id, res, more, notif) in sent {
+            self.sent(id, res, more, notif)?;
         }
         for &slot in &rearm {
             if let (Some(u), Some(conn)) = (
@@ -692,7 +927,7 @@ where
                 self.conns.get(slot).and_then(|c| c.as_ref()),
             ) {
                 use std::os::fd::AsRawFd;
-                u.arm(conn.stream.as_raw_fd(), user_data(slot, conn.generation))?;
+                u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))?;
             }
         }
         touched.sort_unstable();
@@ -788,9 +1023,7 @@ where
             return Ok(());
         }
         if conn.peer.is_some() {
-            if let Err(e) = conn.flush() {
-                return self.close(slot, e.to_string());
-            }
+            return self.flush(slot);
         }
         Ok(())
     }
@@ -806,7 +1039,8 @@ where
             self.emit(h, NodeEvent::Refused(format!("no address for {to}")));
             return Ok(None);
         };
-        let stream = match TcpStream::connect(addr) {
+        let connecting = self.uring.is_some();
+        let stream = match self.connect_socket(addr) {
             Ok(s) => s,
             Err(e) => {
                 self.emit(h, NodeEvent::Suspect(to));
@@ -818,17 +1052,83 @@ where
                 return Ok(None);
             }
         };
-        let Some(slot) = self.open(h, stream, Role::Initiator, Some(to))? else {
+        let Some(slot) = self.open(h, stream, Role::Initiator, Some(to), connecting)? else {
             return Ok(None);
         };
+        if let (Some(u), Some(conn)) = (
+            self.uring.as_mut(),
+            self.conns.get(slot).and_then(|c| c.as_ref()),
+        ) {
+            use std::os::fd::AsRawFd;
+            let tagged = tag(OP_CONNECT, slot, conn.generation);
+            let sa = Box::new(socket2::SockAddr::from(addr));
+            // SAFETY: the address is boxed and kept in `connects` until the connect completes
+            // (`cancel_all` waits for that before the reactor drops the table).
+            unsafe {
+                u.connect(
+                    conn.stream.as_raw_fd(),
+                    sa.as_ptr().cast(),
+                    sa.len(),
+                    tagged,
+                )
+            }?;
+            self.connects.insert(tagged, sa);
+        }
         if let Some(host) = self.hosts[h].as_mut() {
             host.route.insert(to, slot);
         }
         Ok(Some(slot))
     }
+
+    /// A socket for a dial: on poll, a non-blocking `connect` already under way (epoll says
+    /// when it is done); on io_uring, a bare socket the ring will connect.
+    fn connect_socket(&self, addr: SocketAddr) -> std::io::Result<TcpStream> {
+        if self.uring.is_none() {
+            return TcpStream::connect(addr);
+        }
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        sock.set_nonblocking(true)?;
+        Ok(TcpStream::from_std(sock.into()))
+    }
 }
 
-/// The io_uring `user_data` of a connection's receive: slot and generation.
-fn user_data(slot: usize, generation: u32) -> u64 {
-    slot as u64 | (generation as u64) << 32
+/// The io_uring `user_data` of a connection's request `op`: kind, generation and slot.
+fn tag(op: u64, slot: usize, generation: u32) -> u64 {
+    op << OP_SHIFT | ((generation & GEN_MASK) as u64) << 32 | slot as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a short send, exactly the bytes the kernel did not take go back to the queue, at
+    /// every boundary (inside a chunk, on a chunk's end, all, none).
+    #[test]
+    fn a_short_send_leaves_exactly_the_rest() {
+        let chunks = vec![
+            Bytes::from_static(b"abc"),
+            Bytes::from_static(b"defgh"),
+            Bytes::from_static(b"ij"),
+        ];
+        let mut op = SendOp {
+            slot: 0,
+            generation: 0,
+            chunks,
+            iov: Vec::new(),
+            // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
+            hdr: unsafe { std::mem::zeroed() },
+        };
+        op.prepare();
+        assert_eq!(op.hdr.msg_iovlen, 3);
+        assert_eq!(op.len(), 10);
+        let all = b"abcdefghij";
+        for sent in 0..=10 {
+            let rest: Vec<u8> = op.unsent(sent).iter().flat_map(|b| b.to_vec()).collect();
+            assert_eq!(rest, &all[sent..], "after {sent} bytes");
+        }
+    }
 }

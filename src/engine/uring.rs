@@ -1,11 +1,17 @@
-//! The io_uring receive path: multishot `RECV` into a provided buffer ring, and multishot
-//! `ACCEPT` on every hosted node's listener (each completion is a new connection's fd).
+//! The io_uring path: multishot `RECV` into a provided buffer ring, multishot `ACCEPT` on every
+//! hosted node's listener (each completion is a new connection's fd), `SENDMSG` (zero-copy
+//! `SENDMSG_ZC` for large sends) and `CONNECT`.
 //!
 //! One `RecvMulti` per connection stays armed: the kernel picks a free buffer from the ring the
 //! reactor registered, writes what arrived and posts a completion naming the buffer; the reactor
 //! copies the bytes into the connection's frame decoder and hands the buffer straight back. A
 //! busy reactor sees data by reading the completion queue in shared memory, with no syscall per
-//! message for receiving (sends are plain `write`s, connects are made with epoll).
+//! message for receiving. Requests are queued during a reactor turn and submitted together at
+//! its end ([`Uring::submit_pending`]), so a turn that sends to many peers enters the kernel
+//! once.
+//!
+//! Every request may use memory of ours until its last completion, so the ring counts what is
+//! outstanding and [`Uring::cancel_all`] waits for all of it before the reactor frees anything.
 //!
 //! The ring is set up with SINGLE_ISSUER (only the reactor thread touches it), COOP_TASKRUN (no
 //! inter-processor interrupt to run completion work) and TASKRUN_FLAG (the kernel says in the
@@ -20,8 +26,11 @@ use std::sync::atomic::{AtomicU16, Ordering};
 /// Buffer group id of the one provided-buffer ring.
 const BGID: u16 = 0;
 
+/// The `user_data` of the cancellation [`Uring::cancel_all`] submits.
+const CANCEL_ALL: u64 = u64::MAX;
+
 /// A ring plus its provided receive buffers.
-pub struct UringRecv {
+pub struct Uring {
     ring: IoUring,
     /// `entries` buffers of `buf_size` bytes, back to back.
     bufs: Vec<u8>,
@@ -34,6 +43,8 @@ pub struct UringRecv {
     tail: u16,
     /// Completions copied out of the queue (reused).
     done: Vec<(u64, i32, u32)>,
+    /// Requests queued or in flight whose last completion has not been seen.
+    outstanding: usize,
 }
 
 /// One completion of a multishot receive.
@@ -44,11 +55,14 @@ pub struct Completion<'a> {
     pub result: Result<&'a [u8], io::Error>,
     /// The raw result: for an accept, the new connection's fd.
     pub raw: i32,
-    /// Whether the request stays armed (if not, re-arm it).
+    /// Whether the request stays armed (if not, re-arm it). For a zero-copy send: a
+    /// notification follows, and the buffers stay in use until it comes.
     pub more: bool,
+    /// A zero-copy send's notification: the kernel no longer uses the send's buffers.
+    pub notif: bool,
 }
 
-impl UringRecv {
+impl Uring {
     /// A ring of `sq_entries`, with `entries` (a power of two) receive buffers of `buf_size`.
     pub fn new(sq_entries: u32, entries: u16, buf_size: u32) -> io::Result<Self> {
         assert!(entries.is_power_of_two());
@@ -76,6 +90,7 @@ impl UringRecv {
             entries,
             tail: 0,
             done: Vec::with_capacity(64),
+            outstanding: 0,
         };
         // SAFETY: `ring_mem` is page aligned, holds `entries` descriptors, and lives (with
         // `bufs`) until `Drop` unregisters it.
@@ -120,12 +135,13 @@ impl UringRecv {
         }
     }
 
-    /// Queue `sqe` (submitting first if the queue is full), then submit.
+    /// Queue `sqe` (submitting what is queued first if the queue is full); it is submitted
+    /// with the turn's other requests by [`Self::submit_pending`] or [`Self::poke`].
     ///
     /// # Safety
     /// Whatever memory and fds `sqe` lets the kernel use must stay valid until its last
     /// completion.
-    unsafe fn push_and_submit(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
+    unsafe fn push(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
         // SAFETY: the caller vouches for what `sqe` refers to.
         unsafe {
             if self.ring.submission().push(sqe).is_err() {
@@ -136,8 +152,86 @@ impl UringRecv {
                     .map_err(|_| io::Error::other("submission queue full"))?;
             }
         }
-        self.ring.submit()?;
+        self.outstanding += 1;
         Ok(())
+    }
+
+    /// Submit what this turn queued, if anything (before the reactor blocks, and at the end
+    /// of every turn, so requests go out together).
+    pub fn submit_pending(&mut self) -> io::Result<()> {
+        if self.ring.submission().is_empty() {
+            return Ok(());
+        }
+        self.ring.submit().map(drop)
+    }
+
+    /// Send the buffers `hdr` describes on `fd`, reported with `user_data`. Zero-copy (`zc`):
+    /// the kernel pins the pages instead of copying them and says with a second completion
+    /// ([`Completion::notif`]) when it is done with them.
+    ///
+    /// # Safety
+    /// `hdr`, its iovec array and every buffer it names must stay valid and unmodified until
+    /// the request's last completion (the notification, for a zero-copy send).
+    pub unsafe fn send_msg(
+        &mut self,
+        fd: RawFd,
+        hdr: *const libc::msghdr,
+        zc: bool,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let sqe = if zc {
+            opcode::SendMsgZc::new(types::Fd(fd), hdr).build()
+        } else {
+            opcode::SendMsg::new(types::Fd(fd), hdr).build()
+        }
+        .user_data(user_data);
+        // SAFETY: the caller keeps `hdr` and what it names alive and unchanged until the last
+        // completion.
+        unsafe { self.push(&sqe) }
+    }
+
+    /// Connect `fd` to `addr`, reported with `user_data` (result 0 or a negative errno).
+    ///
+    /// # Safety
+    /// `addr` (of `len` bytes) must stay valid until the completion.
+    pub unsafe fn connect(
+        &mut self,
+        fd: RawFd,
+        addr: *const libc::sockaddr,
+        len: libc::socklen_t,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let sqe = opcode::Connect::new(types::Fd(fd), addr, len)
+            .build()
+            .user_data(user_data);
+        // SAFETY: the caller keeps `addr` alive until the completion.
+        unsafe { self.push(&sqe) }
+    }
+
+    /// Cancel every request and wait (at most `patience`) until each has posted its last
+    /// completion, so nothing the kernel might still read or write is freed under it. Sockets
+    /// should be shut down first: that ends receives and sends on its own.
+    pub fn cancel_all(&mut self, patience: std::time::Duration) {
+        let deadline = std::time::Instant::now() + patience;
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(CANCEL_ALL);
+        // SAFETY: a cancellation refers to no memory of ours.
+        if unsafe { self.push(&cancel) }.is_err() {
+            return;
+        }
+        while self.outstanding > 0 && std::time::Instant::now() < deadline {
+            let wait = types::Timespec::new().nsec(10_000_000);
+            let args = types::SubmitArgs::new().timespec(&wait);
+            match self.ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(_) => return,
+            }
+            self.drain(|_| {});
+        }
     }
 
     /// Arm a multishot receive on `fd`, reported with `user_data`.
@@ -148,7 +242,7 @@ impl UringRecv {
         // SAFETY: the buffers the kernel may write into are the registered ring's, alive as long
         // as `self`; `fd` stays open until the connection is closed, and a closed connection's
         // late completions are recognized by their `user_data` and only give buffers back.
-        unsafe { self.push_and_submit(&sqe) }
+        unsafe { self.push(&sqe) }
     }
 
     /// Arm a multishot accept on the listening socket `fd`, reported with `user_data`: each
@@ -159,7 +253,7 @@ impl UringRecv {
             .user_data(user_data);
         // SAFETY: an accept writes no memory of ours (no address is asked for); `fd` stays open
         // until the node stops, which shuts the listener down and so ends the request.
-        unsafe { self.push_and_submit(&sqe) }
+        unsafe { self.push(&sqe) }
     }
 
     /// Run pending completion work if the kernel asks for it: with TASKRUN_FLAG the kernel
@@ -185,6 +279,12 @@ impl UringRecv {
         );
         for &(user_data, res, flags) in &done {
             let more = cqueue::more(flags);
+            if !more {
+                self.outstanding = self.outstanding.saturating_sub(1);
+            }
+            if user_data == CANCEL_ALL {
+                continue;
+            }
             let bid = cqueue::buffer_select(flags);
             let result = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
@@ -202,6 +302,7 @@ impl UringRecv {
                 result,
                 raw: res,
                 more,
+                notif: cqueue::notif(flags),
             });
             if let Some(b) = bid {
                 if b < self.entries {
@@ -209,10 +310,12 @@ impl UringRecv {
                 }
             }
         }
+        done.clear();
+        self.done = done;
     }
 }
 
-impl Drop for UringRecv {
+impl Drop for Uring {
     fn drop(&mut self) {
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
         // SAFETY: allocated in `new` with this layout; the kernel no longer references it.
@@ -227,7 +330,7 @@ pub fn unavailable() -> Option<String> {
             return Some("kernel.io_uring_disabled = 2".into());
         }
     }
-    match UringRecv::new(8, 2, 4096) {
+    match Uring::new(8, 2, 4096) {
         Ok(_) => None,
         Err(e) => Some(match e.raw_os_error() {
             Some(libc::ENOSYS) => "the kernel has no io_uring (ENOSYS)".into(),

@@ -146,7 +146,7 @@ pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
 
 /// The engine's parameters for one N: L (ping) and c (relay).
 pub fn measure_engine(cfg: &BenchConfig) -> Result<(f64, f64, u32), EngineError> {
-    let rows = ping::engine(&[32], 2000, cfg.opts.wait, cfg.opts.backend)?;
+    let rows = ping::engine(&[32], 2000, cfg.opts.clone())?;
     let l = rows.first().map_or(f64::NAN, |r| r.p50_us);
     let tokens = cfg.nodes.min(64);
     let laps = (50_000 / (tokens as u64 * cfg.nodes as u64)).max(3);

@@ -41,6 +41,9 @@ pub struct PingPong {
     samples: Vec<(usize, u64)>,
     /// The current size's payload, made once and shared by every ping of that size.
     payload: Payload,
+    /// Compare every echo with what was sent (tests; a benchmark would pay for the compare).
+    verify: bool,
+    mismatches: u64,
 }
 
 impl PingPong {
@@ -54,6 +57,8 @@ impl PingPong {
             warmup: 0,
             samples: Vec::new(),
             payload: Payload::default(),
+            verify: false,
+            mismatches: 0,
         }
     }
 
@@ -68,7 +73,20 @@ impl PingPong {
             warmup,
             samples: Vec::with_capacity(4096),
             payload: Payload::default(),
+            verify: false,
+            mismatches: 0,
         }
+    }
+
+    /// Check every echo's bytes against the ping's (see [`Self::mismatches`]).
+    pub fn verifying(mut self) -> Self {
+        self.verify = true;
+        self
+    }
+
+    /// Echoes whose bytes differed from the ping's (counted only when verifying).
+    pub fn mismatches(&self) -> u64 {
+        self.mismatches
     }
 
     /// Send the next ping of the current size, or report `Done` when no size is left.
@@ -82,7 +100,11 @@ impl PingPong {
         };
         self.seq += 1;
         if self.payload.len() != size {
-            self.payload = vec![0x5a; size].into();
+            // Not a constant byte: a chunk delivered out of place must show when verifying.
+            self.payload = (0..size)
+                .map(|i| (i % 251) as u8)
+                .collect::<Vec<_>>()
+                .into();
         }
         self.sent_at = now;
         out.send(
@@ -118,6 +140,9 @@ impl Protocol for PingPong {
             PingMsg::Pong { seq, payload } => {
                 if self.plan.is_none() || seq != self.seq {
                     return;
+                }
+                if self.verify && payload != self.payload {
+                    self.mismatches += 1;
                 }
                 let timed = self.left <= self.plan.as_ref().map_or(0, |p| p.1);
                 if timed {

@@ -4,7 +4,7 @@
 
 use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
-use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
+use crate::engine::{choose_backend, EngineError};
 use crate::metrics::{histogram, summarize};
 use crate::proto::ping::PingPong;
 use crate::proto::Event;
@@ -64,19 +64,15 @@ fn rows_from(
         .collect()
 }
 
-/// Ping-pong between two engine nodes.
-pub fn engine(
-    sizes: &[usize],
-    iters: u64,
-    wait: WaitMode,
-    backend: Option<Backend>,
-) -> Result<Vec<PingRow>, EngineError> {
-    let backend = choose_backend(backend)?;
+/// Ping-pong between two engine nodes, with `opts`' wait mode, backend and zero-copy
+/// threshold (pinned, one reactor per node's core).
+pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<PingRow>, EngineError> {
+    let backend = choose_backend(opts.backend)?;
+    let wait = opts.wait;
     let opts = NodeOptions {
-        wait,
         backend: Some(backend),
         pin: true,
-        ..NodeOptions::default()
+        ..opts
     };
     let warmup = (iters / 10).clamp(10, 1000);
     let plan = sizes.to_vec();

@@ -150,10 +150,12 @@ impl SendQueue {
         }
     }
 
-    /// Hand every queued chunk to `out` (for a send that holds them until it completes).
-    pub fn take(&mut self, out: &mut Vec<Bytes>) {
+    /// Hand the first `max` queued chunks to `out` (for a send that holds them until it
+    /// completes).
+    pub fn take(&mut self, out: &mut Vec<Bytes>, max: usize) {
         self.seal();
-        out.extend(self.sealed.drain(..));
+        let n = self.sealed.len().min(max);
+        out.extend(self.sealed.drain(..n));
     }
 
     /// Put chunks a send did not take back at the front, in order.
@@ -293,7 +295,7 @@ mod tests {
                 q.consume(sent);
                 // Round-trip through take/unshift as an io_uring send that took nothing would.
                 let mut held = Vec::new();
-                q.take(&mut held);
+                q.take(&mut held, 2);
                 q.unshift(held.into_iter());
             }
             assert_eq!(got, want, "step {step}");
