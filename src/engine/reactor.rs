@@ -48,6 +48,11 @@ const OP_RECV: u64 = 0;
 const OP_SEND: u64 = 1;
 const OP_CONNECT: u64 = 2;
 const OP_ACCEPT: u64 = 3;
+const OP_RECV_DIRECT: u64 = 4;
+const OP_CANCEL: u64 = 5;
+/// A frame missing at least this many bytes is received straight into the decoder's buffer
+/// (one receive of exactly that much) instead of through the provided buffers and a copy.
+const DIRECT_MIN: usize = 64 * 1024;
 /// Generations are kept to 28 bits so that slot, generation and kind fit one `user_data`.
 const GEN_MASK: u32 = (1 << 28) - 1;
 
@@ -145,6 +150,8 @@ struct Conn {
     queued: SendQueue,
     /// io_uring: our connect has not completed yet (nothing is received or sent before).
     connecting: bool,
+    /// io_uring: the multishot receive was asked to end (a large frame is under way).
+    ending: bool,
     /// io_uring: a send of this connection is in flight. One at a time keeps the byte order
     /// (a second send could overtake a short first one).
     sending: bool,
@@ -245,13 +252,15 @@ pub struct Reactor<P: Protocol> {
     next_send: u64,
     /// io_uring connects in flight: the address each was given, kept until it completes.
     connects: HashMap<u64, Box<socket2::SockAddr>>,
+    /// io_uring receives straight into decoders in flight: the room each was lent.
+    lent: HashMap<u64, crate::wire::decoder::Lent>,
     /// Finished send records, reused. Boxed because an op in flight must not move, and a
     /// reused box goes back into `sends` without a new allocation.
     #[allow(clippy::vec_box)]
     spare_sends: Vec<Box<SendOp>>,
     /// Scratch lists of `uring_step`: connections that received bytes, receives to re-arm.
-    touched: Vec<usize>,
-    rearm: Vec<usize>,
+    touched: Vec<(usize, u32)>,
+    rearm: Vec<(usize, u32)>,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -335,6 +344,7 @@ where
             next_send: 0,
             connects: HashMap::new(),
             spare_sends: Vec::new(),
+            lent: HashMap::new(),
             touched: Vec::new(),
             rearm: Vec::new(),
         })
@@ -561,6 +571,7 @@ where
             dialed,
             queued: SendQueue::new(),
             connecting,
+            ending: false,
             sending: false,
         })?;
         if !connecting {
@@ -869,23 +880,27 @@ where
             return Ok(false);
         };
         u.poke()?;
-        // Reused lists (this runs on every spin of a busy reactor).
+        // Reused lists (this runs on every spin of a busy reactor). Connections are named by
+        // slot and generation: a slot closed and reused within the turn is not confused.
         let mut touched = std::mem::take(&mut self.touched);
         let mut rearm = std::mem::take(&mut self.rearm);
-        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut failed: Vec<(usize, u32, String)> = Vec::new();
         let mut accepted: Vec<(usize, i32, bool)> = Vec::new();
         let mut sent: Vec<(u64, i32, bool, bool)> = Vec::new();
         let mut connected: Vec<(u64, usize, i32)> = Vec::new();
+        let mut direct: Vec<(u64, usize, u32, i32)> = Vec::new();
+        let mut cancel: Vec<u64> = Vec::new();
         let conns = &mut self.conns;
         u.drain(|c| {
             let low = c.user_data & ((1 << OP_SHIFT) - 1);
             let (slot, generation) = ((low & 0xffff_ffff) as usize, (low >> 32) as u32);
             match c.user_data >> OP_SHIFT {
                 OP_RECV => {}
+                OP_RECV_DIRECT => return direct.push((c.user_data, slot, generation, c.raw)),
                 OP_SEND => return sent.push((low, c.raw, c.more, c.notif)),
                 OP_CONNECT => return connected.push((c.user_data, slot, c.raw)),
                 OP_ACCEPT => return accepted.push((low as usize, c.raw, c.more)),
-                _ => return,
+                _ => return, // a cancellation's own completion
             }
             let Some(conn) = conns
                 .get_mut(slot)
@@ -895,23 +910,37 @@ where
                 return; // a closed connection's last word
             };
             match c.result {
-                Ok([]) => failed.push((slot, "closed by peer".into())),
+                Ok([]) => failed.push((slot, generation, "closed by peer".into())),
                 Ok(bytes) => {
                     conn.decoder.push(bytes);
-                    touched.push(slot);
+                    touched.push((slot, generation));
                     if !c.more {
-                        rearm.push(slot);
+                        rearm.push((slot, generation));
+                    } else if !conn.ending && conn.decoder.missing() >= DIRECT_MIN {
+                        // A large frame is under way: end the multishot receive, so the rest
+                        // can go straight into the decoder (see `rearm` below).
+                        conn.ending = true;
+                        cancel.push(c.user_data);
                     }
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => rearm.push(slot),
-                Err(e) => failed.push((slot, e.to_string())),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => rearm.push((slot, generation)),
+                Err(e) if conn.ending && e.raw_os_error() == Some(libc::ECANCELED) => {
+                    rearm.push((slot, generation))
+                }
+                Err(e) => failed.push((slot, generation, e.to_string())),
             }
         });
         let any = !touched.is_empty()
             || !failed.is_empty()
             || !accepted.is_empty()
             || !sent.is_empty()
-            || !connected.is_empty();
+            || !connected.is_empty()
+            || !direct.is_empty();
+        if let Some(u) = self.uring.as_mut() {
+            for target in cancel {
+                u.cancel(target, OP_CANCEL << OP_SHIFT)?;
+            }
+        }
         for (h, raw, more) in accepted {
             self.accepted(h, raw, more)?;
         }
@@ -921,21 +950,51 @@ where
         for (id, res, more, notif) in sent {
             self.sent(id, res, more, notif)?;
         }
-        for &slot in &rearm {
-            if let (Some(u), Some(conn)) = (
-                self.uring.as_mut(),
-                self.conns.get(slot).and_then(|c| c.as_ref()),
-            ) {
-                use std::os::fd::AsRawFd;
-                u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))?;
-            }
+        for (tagged, slot, generation, res) in direct {
+            let lent = self.lent.remove(&tagged);
+            let Some(conn) = self
+                .conns
+                .get_mut(slot)
+                .and_then(|c| c.as_mut())
+                .filter(|c| c.generation == generation)
+            else {
+                continue; // closed meanwhile; the loan's memory goes now
+            };
+            let why = match (res, lent) {
+                (n, Some(lent)) if n > 0 => {
+                    // SAFETY: the receive completed and wrote `n` bytes at the loan's start.
+                    match unsafe { conn.decoder.commit(lent, n as usize) } {
+                        Ok(()) => {
+                            touched.push((slot, generation));
+                            rearm.push((slot, generation));
+                            continue;
+                        }
+                        Err(e) => e.to_string(),
+                    }
+                }
+                (0, _) => "closed by peer".into(),
+                (n, _) if n < 0 => std::io::Error::from_raw_os_error(-n).to_string(),
+                _ => "a receive completed without its buffer".into(),
+            };
+            failed.push((slot, generation, why));
         }
         touched.sort_unstable();
         touched.dedup();
         let mut result = Ok(());
-        for &slot in &touched {
+        for &(slot, generation) in &touched {
+            if self.generation_of(slot) != Some(generation) {
+                continue;
+            }
             if let Err(why) = self.frames(slot) {
                 result = result.and(self.close(slot, why));
+            }
+        }
+        // Re-arm after the frames are cut, so a loan is taken on a buffer no frame shares.
+        for &(slot, generation) in &rearm {
+            if self.generation_of(slot) == Some(generation) {
+                if let Err(e) = self.arm_receive(slot) {
+                    result = result.and(self.close(slot, e.to_string()));
+                }
             }
         }
         touched.clear();
@@ -943,11 +1002,49 @@ where
         self.touched = touched;
         self.rearm = rearm;
         result?;
-        for (slot, why) in failed {
-            let _ = self.frames(slot);
-            self.close(slot, why)?;
+        for (slot, generation, why) in failed {
+            if self.generation_of(slot) == Some(generation) {
+                let _ = self.frames(slot);
+                self.close(slot, why)?;
+            }
         }
         Ok(any)
+    }
+
+    /// The generation of the connection in `slot`, if one is open there.
+    fn generation_of(&self, slot: usize) -> Option<u32> {
+        self.conns
+            .get(slot)
+            .and_then(|c| c.as_ref())
+            .map(|c| c.generation)
+    }
+
+    /// io_uring: arm `slot`'s next receive. While a frame of [`DIRECT_MIN`] or more bytes is
+    /// still missing, one receive of exactly that much straight into the decoder's buffer
+    /// (no copy out of the provided buffers); otherwise the multishot receive again.
+    fn arm_receive(&mut self, slot: usize) -> std::io::Result<()> {
+        let (Some(u), Some(conn)) = (
+            self.uring.as_mut(),
+            self.conns.get_mut(slot).and_then(|c| c.as_mut()),
+        ) else {
+            return Ok(());
+        };
+        use std::os::fd::AsRawFd;
+        let fd = conn.stream.as_raw_fd();
+        conn.ending = false;
+        if conn.decoder.missing() >= DIRECT_MIN {
+            if let Some(lent) = conn.decoder.lend() {
+                let tagged = tag(OP_RECV_DIRECT, slot, conn.generation);
+                let len = u32::try_from(lent.len).unwrap_or(u32::MAX);
+                // SAFETY: the loan keeps its allocation alive in `lent` until the completion,
+                // even if the connection closes first, and the decoder is not written until it
+                // comes back (`ending` stays false and no multishot is armed meanwhile).
+                unsafe { u.recv_into(fd, lent.ptr, len, tagged) }?;
+                self.lent.insert(tagged, lent);
+                return Ok(());
+            }
+        }
+        u.arm(fd, tag(OP_RECV, slot, conn.generation))
     }
 
     /// Hand received messages to their nodes' protocols, in arrival order.

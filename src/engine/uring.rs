@@ -245,6 +245,36 @@ impl Uring {
         unsafe { self.push(&sqe) }
     }
 
+    /// Receive exactly `len` bytes (`MSG_WAITALL`: the kernel completes it when all have come,
+    /// or on end of stream or an error) from `fd` into `buf`, reported with `user_data`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for `len` bytes of writes, and untouched, until the completion.
+    pub unsafe fn recv_into(
+        &mut self,
+        fd: RawFd,
+        buf: *mut u8,
+        len: u32,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let sqe = opcode::Recv::new(types::Fd(fd), buf, len)
+            .flags(libc::MSG_WAITALL)
+            .build()
+            .user_data(user_data);
+        // SAFETY: the caller lends `buf` until the completion.
+        unsafe { self.push(&sqe) }
+    }
+
+    /// Ask the kernel to end the request armed with `target` (its last completion follows,
+    /// `ECANCELED` if it had nothing more); this request itself completes with `user_data`.
+    pub fn cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+        let sqe = opcode::AsyncCancel::new(target)
+            .build()
+            .user_data(user_data);
+        // SAFETY: a cancellation refers to no memory of ours.
+        unsafe { self.push(&sqe) }
+    }
+
     /// Arm a multishot accept on the listening socket `fd`, reported with `user_data`: each
     /// completion carries a new connection's fd.
     pub fn arm_accept(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {

@@ -74,6 +74,18 @@ impl PartialEq for Frame {
     }
 }
 
+/// Room at the end of a decoder's buffer lent to a receive in flight ([`FrameDecoder::lend`]).
+/// It keeps the allocation alive: if the connection is dropped before the receive completes,
+/// the memory the kernel writes into is still there.
+#[derive(Debug)]
+pub struct Lent {
+    /// Where the receive writes.
+    pub ptr: *mut u8,
+    /// How much it may write.
+    pub len: usize,
+    keep: Buf,
+}
+
 /// A part of a receive buffer, kept alive by the payload that shares it.
 struct Shared {
     buf: Buf,
@@ -152,8 +164,47 @@ impl FrameDecoder {
         }
     }
 
+    /// Lend the kernel the room for the rest of the frame in progress (`None` if no frame is
+    /// in progress), for a receive that completes later and writes straight into the buffer.
+    /// Until the loan comes back through [`Self::commit`], nothing may be pushed or read here.
+    pub fn lend(&mut self) -> Option<Lent> {
+        let missing = self.missing();
+        if missing == 0 {
+            return None;
+        }
+        let buf = self.writable(missing);
+        let len = buf.len();
+        // SAFETY: `writable` reserved `missing` bytes past `len`, inside the allocation.
+        let ptr = unsafe { buf.as_mut_ptr().add(len) };
+        Some(Lent {
+            ptr,
+            len: missing,
+            keep: self.buf.clone(),
+        })
+    }
+
+    /// Take back a loan whose receive wrote `n` bytes at its start.
+    ///
+    /// # Safety
+    /// The kernel (or whoever filled the loan) wrote `n` bytes at `lent.ptr` and has finished.
+    pub unsafe fn commit(&mut self, lent: Lent, n: usize) -> Result<(), WireError> {
+        let Lent { ptr, len, keep } = lent;
+        drop(keep);
+        let buf = Arc::get_mut(&mut self.buf).ok_or(WireError::Poisoned)?;
+        let end = buf.len();
+        // The loan must be this buffer's end, and the receive no longer than the loan.
+        if ptr != buf.as_mut_ptr().wrapping_add(end) || n > len || end + n > buf.capacity() {
+            self.failed = true;
+            return Err(WireError::Poisoned);
+        }
+        // SAFETY: the `n` bytes past `end` are inside the capacity and were written, per the
+        // caller.
+        unsafe { buf.set_len(end + n) };
+        Ok(())
+    }
+
     /// Bytes still missing from the frame whose header has arrived (0 if none has).
-    fn missing(&self) -> usize {
+    pub fn missing(&self) -> usize {
         let rest = &self.buf[self.read..];
         match FrameHeader::parse(rest, self.max_body) {
             Ok(Some(h)) => h.frame_len().saturating_sub(rest.len()),
@@ -321,6 +372,70 @@ mod tests {
         assert!(
             matches!(d.read_from(b.as_raw_fd()), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
         );
+    }
+
+    /// A loan receives the rest of a large frame in place, even while an earlier frame's
+    /// payload still shares the buffer; a loan overrun is refused.
+    #[test]
+    fn a_loan_takes_the_rest_of_a_frame_in_place() {
+        use crate::proto::ping::PingMsg;
+        use crate::wire::WireMsg;
+        let held_bytes = vec![1u8; 10_000];
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 249) as u8).collect();
+        let stream = frames(&[
+            Msg::Data {
+                payload: held_bytes.clone().into(),
+            },
+            Msg::Ping {
+                seq: 5,
+                payload: big.clone().into(),
+            },
+        ]);
+        let first = 16
+            + crate::wire::frame::padded(
+                rkyv::to_bytes::<rkyv::rancor::BoxedError>(&Msg::Data {
+                    payload: held_bytes.clone().into(),
+                })
+                .unwrap()
+                .len(),
+            );
+        let mut d = FrameDecoder::default();
+        d.push(&stream[..first + 1000]);
+        let f = d.next_frame().unwrap().unwrap();
+        let Ok(ArchivedMsg::Data { payload }) = Msg::access(f.body()) else {
+            panic!("not data")
+        };
+        let held = f.share(payload.as_slice());
+        drop(f);
+        assert!(d.missing() > 190_000);
+        let lent = d.lend().expect("a frame is in progress");
+        assert_eq!(lent.len, stream.len() - first - 1000);
+        // The kernel's part: write the rest where the loan points.
+        let rest = &stream[first + 1000..];
+        // SAFETY: the loan has room for `lent.len` bytes, exactly `rest.len()`.
+        unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), lent.ptr, rest.len()) };
+        // SAFETY: `rest.len()` bytes were written at the loan's start.
+        unsafe { d.commit(lent, rest.len()) }.unwrap();
+        let f = d.next_frame().unwrap().expect("the whole ping");
+        let Some(PingMsg::Ping { seq: 5, payload }) =
+            PingMsg::from_wire(Msg::access(f.body()).unwrap(), &f)
+        else {
+            panic!("not the ping")
+        };
+        assert_eq!(&payload[..], &big[..]);
+        assert_eq!(
+            &held[..],
+            &held_bytes[..],
+            "the earlier payload is untouched"
+        );
+        // A loan claimed to have received more than it lent poisons the decoder.
+        d.push(&stream[..first + 1000]);
+        d.next_frame().unwrap().unwrap();
+        let lent = d.lend().unwrap();
+        let too_many = lent.len + 1;
+        // SAFETY: deliberately wrong; `commit` must refuse it before touching the length.
+        assert!(unsafe { d.commit(lent, too_many) }.is_err());
+        assert_eq!(d.next_frame(), Err(WireError::Poisoned));
     }
 
     #[test]
