@@ -819,12 +819,7 @@ where
         // What the connection does next: nothing (closed meanwhile, or this is only the
         // notification), send on, or close.
         let mut next = None;
-        let live = self
-            .conns
-            .get_mut(slot)
-            .and_then(|c| c.as_mut())
-            .filter(|c| c.generation == op.generation);
-        if let (false, Some(conn)) = (notif, live) {
+        if let (false, Some(conn)) = (notif, live(&mut self.conns, slot, op.generation)) {
             conn.sending = false;
             next = Some(if res < 0 {
                 Err(std::io::Error::from_raw_os_error(-res).to_string())
@@ -852,12 +847,7 @@ where
     fn connected(&mut self, tagged: u64, slot: usize, res: i32) -> Result<(), EngineError> {
         let addr = self.connects.remove(&tagged);
         let generation = (tagged >> 32) as u32 & GEN_MASK;
-        let Some(conn) = self
-            .conns
-            .get_mut(slot)
-            .and_then(|c| c.as_mut())
-            .filter(|c| c.generation == generation)
-        else {
+        let Some(conn) = live(&mut self.conns, slot, generation) else {
             return Ok(()); // closed while connecting
         };
         if res < 0 {
@@ -902,11 +892,7 @@ where
                 OP_ACCEPT => return accepted.push((low as usize, c.raw, c.more)),
                 _ => return, // a cancellation's own completion
             }
-            let Some(conn) = conns
-                .get_mut(slot)
-                .and_then(|x| x.as_mut())
-                .filter(|x| x.generation == generation)
-            else {
+            let Some(conn) = live(conns, slot, generation) else {
                 return; // a closed connection's last word
             };
             match c.result {
@@ -952,12 +938,7 @@ where
         }
         for (tagged, slot, generation, res) in direct {
             let lent = self.lent.remove(&tagged);
-            let Some(conn) = self
-                .conns
-                .get_mut(slot)
-                .and_then(|c| c.as_mut())
-                .filter(|c| c.generation == generation)
-            else {
+            let Some(conn) = live(&mut self.conns, slot, generation) else {
                 continue; // closed meanwhile; the loan's memory goes now
             };
             let why = match (res, lent) {
@@ -1191,6 +1172,15 @@ where
         sock.set_nonblocking(true)?;
         Ok(TcpStream::from_std(sock.into()))
     }
+}
+
+/// The connection open in `slot` if it is still the one of `generation` (an io_uring completion
+/// can arrive after its connection closed and the slot was reused).
+fn live(conns: &mut [Option<Conn>], slot: usize, generation: u32) -> Option<&mut Conn> {
+    conns
+        .get_mut(slot)
+        .and_then(|c| c.as_mut())
+        .filter(|c| c.generation == generation)
 }
 
 /// The io_uring `user_data` of a connection's request `op`: kind, generation and slot.

@@ -20,8 +20,10 @@ use std::sync::Arc;
 /// The decoder's receive buffer, shared with the frames cut from it.
 type Buf = Arc<AlignedVec<16>>;
 
-/// Bytes asked of the socket per read when no large frame is pending.
-const READ_CHUNK: usize = 64 * 1024;
+/// Bytes asked of the socket per read when no large frame is pending: what a burst of small
+/// messages needs, kept small because a job holds thousands of connections (a large frame in
+/// progress is read in one go, whatever its size).
+const READ_CHUNK: usize = 16 * 1024;
 
 /// A per-connection stream decoder.
 #[derive(Debug)]
