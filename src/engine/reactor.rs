@@ -484,6 +484,7 @@ where
             return;
         };
         self.by_id.remove(&host.identity.node_id);
+        self.before_closing_fds();
         let _ = self.poll.registry().deregister(&mut host.listener);
         // An armed io_uring accept holds the listener open; shutting it down ends the request
         // and stops the socket listening now, so dialers are refused as by a dead process.
@@ -503,6 +504,17 @@ where
         self.timers.cancel_where(|&(x, _)| x == h);
         self.inbox.retain(|&(x, _, _)| x != h);
         let _ = host.retire.send(host.proto);
+    }
+
+    /// io_uring names a socket by its fd number and looks the number up when it submits the
+    /// request, not when we queue it. A request queued this turn for a socket we are about to
+    /// close would, after the close, reach whatever socket reuses the number (an accept in the
+    /// same turn): another connection's stream, corrupted. So everything queued is submitted
+    /// before any fd is closed; submitted requests hold their own reference to the socket.
+    fn before_closing_fds(&mut self) {
+        if let Some(u) = self.uring.as_mut() {
+            let _ = u.submit_pending();
+        }
     }
 
     fn insert(&mut self, conn: Conn) -> Result<usize, EngineError> {
@@ -631,6 +643,7 @@ where
         };
         self.free.push(slot);
         let h = conn.host;
+        self.before_closing_fds();
         if self.uring.is_none() {
             let _ = self.poll.registry().deregister(&mut conn.stream);
         }
