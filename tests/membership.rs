@@ -30,6 +30,7 @@ fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConf
         timeout: Duration::from_secs(20),
         procs: None,
         batch: Duration::ZERO,
+        join: false,
     }
 }
 
@@ -76,6 +77,29 @@ fn the_benchmark_summarizes_repeated_trials() {
     assert!(r.ts_p50_us > 0.0 && r.ts_p50_us <= r.ts_p99_us && r.ts_p99_us <= r.ts_max_us);
     assert!(r.ci99_us >= 0.0 && r.ts_mean_us > 0.0);
     assert_eq!(r.backend, "poll");
+}
+
+/// The join benchmark: a process started after the job is connected is admitted, every member
+/// and the joiner end on the view with it, on both backends and in both tree modes.
+#[test]
+fn the_join_benchmark_admits_the_newcomer_everywhere() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        for mode in [TreeMode::Patch, TreeMode::Rebalance] {
+            let cfg = BenchConfig {
+                join: true,
+                ..config(21, Fail::Inner, mode, backend)
+            };
+            let mut seen = 0;
+            let r = weft::transport::stabilize::run(&cfg, 2, |_, t| {
+                assert!(t.views_agree, "{backend} {mode:?}: {t:?}");
+                assert!(t.victims.is_empty() && t.epochs >= 1, "{t:?}");
+                seen += 1;
+            })
+            .unwrap_or_else(|e| panic!("{backend} {mode:?}: {e}"));
+            assert_eq!((seen, r.fail.as_str()), (2, "join"));
+            assert!(r.views_agree && r.ts_p50_us > 0.0);
+        }
+    }
 }
 
 /// Probes once at start (that round opens the tree's connections, whose loss is the

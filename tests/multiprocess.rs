@@ -23,6 +23,7 @@ fn killed_processes_are_excluded_by_every_survivor() {
                 timeout: Duration::from_secs(20),
                 procs: Some(env!("CARGO_BIN_EXE_weft").into()),
                 batch: Duration::ZERO,
+                join: false,
             };
             let mut trials = 0;
             let r = run(&cfg, 2, |_, t| {

@@ -22,6 +22,11 @@ pub struct BenchStabilizeArgs {
     /// leaf, inner, root, multi:K or root+K.
     #[arg(long, default_value = "inner")]
     fail: Fail,
+    /// Time a new process joining the job instead of a failure (--fail is not used): Ts from
+    /// the root's admission to its stabilization; "detect" is the joiner's start to the
+    /// admission.
+    #[arg(long, conflicts_with = "procs")]
+    join: bool,
     /// Trials (each a fresh job).
     #[arg(long, default_value_t = 40)]
     repeat: u32,
@@ -64,11 +69,20 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     };
     if !a.json {
         println!(
-            "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, fail {}, {} trials, seed {seed}",
+            "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, {}, {} trials, seed {seed}",
             if a.procs { "one process per node" } else { "in-process nodes" },
-            a.tree.radix, a.tree.mode, a.fail, a.repeat
+            a.tree.radix, a.tree.mode,
+            if a.join { "a new process joins".to_string() } else { format!("fail {}", a.fail) },
+            a.repeat
         );
-        println!("Ts = first detection of the failure -> the root has every ack of the new view");
+        if a.join {
+            println!("Ts = the root admits the joiner -> the root has every ack of the new view");
+            println!("detect = the joiner starts -> the root admits it (dial, handshake, NewNode)");
+        } else {
+            println!(
+                "Ts = first detection of the failure -> the root has every ack of the new view"
+            );
+        }
         println!(
             "{:>6} {:>3} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>6}",
             "nodes",
@@ -100,6 +114,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 None
             },
             batch: Duration::from_secs_f64(a.batch_us * 1e-6),
+            join: a.join,
         };
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")

@@ -80,6 +80,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             timeout: Duration::from_secs(30),
             procs: None,
             batch: Duration::ZERO,
+            join: false,
         };
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);

@@ -217,6 +217,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             procs: None,
             batch: Duration::ZERO,
+            join: false,
         };
         let m = count_messages(&cfg, 4).unwrap();
         // FailedNode down and FailureAck up each of the 62 edges of the new tree, plus the

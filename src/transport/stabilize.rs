@@ -6,8 +6,13 @@
 //! epoch), so a detection on one node and a stabilization on another compare directly.
 //! Detection is the engine's: the failed node's tree neighbors hold connections to it (opened
 //! by the first `HowAreYou` round, which the trial waits for) and see them close.
+//!
+//! A join trial ([`BenchConfig::join`]) starts a new process once the job is connected and
+//! times the paper's join path instead: Ts from the root's admission (it installs the view with
+//! the joiner and sends `NewNodeJoin` down) to its stabilization, and the joiner's whole wait
+//! (dial, handshake, `NewNode`, stabilization, `JoinDetAck`).
 
-use super::{Cluster, NodeOptions};
+use super::{bind, spawn, Cluster, NodeOptions, NodeSpec};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig, TreeMode};
@@ -57,6 +62,8 @@ pub struct BenchConfig {
     pub procs: Option<std::path::PathBuf>,
     /// The root's batching window ([`MembershipConfig::batch`]).
     pub batch: Duration,
+    /// Time a new process joining instead of a failure (`fail` is then unused).
+    pub join: bool,
 }
 
 /// The engine settings of a stabilization job: `wait` and `backend` as asked, and many small
@@ -77,11 +84,13 @@ pub fn job_options(
 /// One trial's measures.
 #[derive(Clone, Debug)]
 pub struct Trial {
-    /// The nodes killed.
+    /// The nodes killed (none in a join trial).
     pub victims: Vec<NodeId>,
-    /// First detection to the root's stabilization of the final view.
+    /// First detection to the root's stabilization of the final view. A join: the root's
+    /// admission to its stabilization.
     pub ts: Duration,
-    /// Kill to the first detection (the engine's failure detector).
+    /// Kill to the first detection (the engine's failure detector). A join: the joiner's
+    /// start to the root's admission.
     pub detect: Duration,
     /// Epochs until the final view.
     pub epochs: u64,
@@ -175,6 +184,164 @@ pub(crate) fn plan(cfg: &BenchConfig, rep: u32) -> Result<Plan, BenchError> {
     })
 }
 
+/// Wait until every connection of `missing` is authenticated at both ends, then until the first
+/// probe round's answers have drained, so the event meets an idle job, as in the paper.
+fn connected(
+    events: &Receiver<(NodeId, NodeEvent)>,
+    missing: &mut HashSet<(NodeId, NodeId)>,
+    cfg: &BenchConfig,
+) -> Result<Vec<(NodeId, String)>, BenchError> {
+    let deadline = Instant::now() + cfg.timeout;
+    let mut refused: Vec<(NodeId, String)> = Vec::new();
+    while !missing.is_empty() {
+        match next_event(events, deadline) {
+            Some((who, NodeEvent::Authenticated(peer))) => {
+                missing.remove(&(who, peer));
+            }
+            Some((who, NodeEvent::Refused(why))) => refused.push((who, why)),
+            Some((who, NodeEvent::Suspect(peer))) => {
+                refused.push((who, format!("suspects {peer}")))
+            }
+            Some(_) => {}
+            None => {
+                return Err(BenchError::Timeout(
+                    cfg.timeout,
+                    format!(
+                        "{} tree connections still missing: {missing:?}; refused: {refused:?}",
+                        missing.len()
+                    ),
+                ))
+            }
+        }
+    }
+    std::thread::sleep(settle(cfg.nodes));
+    while let Ok((who, e)) = events.try_recv() {
+        match e {
+            NodeEvent::Refused(why) => refused.push((who, why)),
+            NodeEvent::Suspect(peer) => refused.push((who, format!("suspects {peer}"))),
+            _ => {}
+        }
+    }
+    Ok(refused)
+}
+
+/// Run one join trial: start the job, wait until it is connected, start process `N` as a
+/// joiner that knows the initial view, measure until the root stabilizes the view with it and
+/// the joiner is welcomed.
+pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+    let Plan {
+        ids, mut missing, ..
+    } = plan(cfg, rep)?;
+    let n = cfg.nodes;
+    let key = crate::wire::handshake::JobKey::generate()
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    let opts = NodeOptions {
+        key: Some(key.clone()),
+        epoch: Some(Instant::now()),
+        ..cfg.opts.clone()
+    };
+    let member = member_config(cfg.radix, cfg.mode, cfg.batch);
+    let cluster = Cluster::start(n as usize, opts.clone(), |i, ids| {
+        Membership::new(ids[i], ids.to_vec(), member)
+    })?;
+    let (events, epoch) = (&cluster.events, cluster.epoch);
+    connected(events, &mut missing, cfg)?;
+
+    // The joiner: its own listener, known to everyone (as a launcher would announce it).
+    let joiner = NodeId(n as u64);
+    let listener = bind("127.0.0.1:0".parse().expect("an address"))?;
+    let addr = listener.local_addr().map_err(EngineError::from)?;
+    for node in &cluster.nodes {
+        node.add_peer(joiner, addr);
+    }
+    let peers = cluster.nodes.iter().map(|h| (h.id, h.addr)).collect();
+    let spec = NodeSpec {
+        id: joiner,
+        listener,
+        peers,
+        key,
+        core: None,
+    };
+    let (tx, joiner_events) = std::sync::mpsc::channel();
+    let everyone: Vec<NodeId> = ids.iter().copied().chain([joiner]).collect();
+    let cpu_before = crate::engine::process_cpu();
+    let started = Time(epoch.elapsed().as_nanos() as u64);
+    // Asks the next process of the list if the root has not answered within 100 ms.
+    let proto = Membership::joiner(joiner, ids.clone(), member, Duration::from_millis(100));
+    let mut handle = spawn(spec, &opts, proto, tx)?;
+
+    // The root's admission (its view with the joiner), its stabilization, and the welcome.
+    let root = ids[0];
+    let mut admitted: Option<(u64, Time)> = None;
+    let mut last_view: HashMap<NodeId, (u64, Arc<[NodeId]>)> = HashMap::new();
+    let deadline = Instant::now() + cfg.timeout;
+    let (stable_epoch, stable_at) = loop {
+        let Some((who, e)) = next_event(events, deadline) else {
+            let with = ids
+                .iter()
+                .filter(|i| last_view.get(i).is_some_and(|(_, v)| v[..] == everyone[..]))
+                .count();
+            let root_at = last_view.get(&root).map(|(e, v)| (*e, v.len()));
+            return Err(BenchError::Timeout(
+                cfg.timeout,
+                format!(
+                    "the join did not stabilize: admitted {admitted:?}, {with} of {n} members \
+                     installed the view with the joiner, the root's last (epoch, size) {root_at:?}"
+                ),
+            ));
+        };
+        let NodeEvent::Protocol(Event::Member(e)) = e else {
+            continue;
+        };
+        match e {
+            MemberEvent::ViewChanged { epoch, view, at } => {
+                if who == root && admitted.is_none() && view[..] == everyone[..] {
+                    admitted = Some((epoch, at));
+                }
+                last_view.insert(who, (epoch, view));
+            }
+            // The admission's epoch, or a later one that superseded it with the same view.
+            MemberEvent::Stabilized { epoch, at }
+                if admitted.is_some_and(|a| a.0 <= epoch)
+                    && last_view
+                        .get(&who)
+                        .is_some_and(|(e, v)| *e == epoch && v[..] == everyone[..]) =>
+            {
+                break (epoch, at);
+            }
+            _ => {}
+        }
+    };
+    let welcomed = loop {
+        match next_event(&joiner_events, deadline) {
+            Some((_, NodeEvent::Protocol(Event::Member(MemberEvent::Joined { .. })))) => {
+                break true;
+            }
+            Some(_) => {}
+            None => break false,
+        }
+    };
+    let cpu = crate::engine::process_cpu().saturating_sub(cpu_before);
+    let joined = handle.stop()?;
+    let views_agree = welcomed
+        && joined.view() == everyone.as_slice()
+        && ids.iter().all(|s| {
+            last_view
+                .get(s)
+                .is_some_and(|(e, v)| *e == stable_epoch && v[..] == everyone[..])
+        });
+    cluster.shutdown()?;
+    let admitted_at = admitted.map_or(stable_at, |a| a.1);
+    Ok(Trial {
+        victims: Vec::new(),
+        ts: stable_at.since(admitted_at),
+        detect: admitted_at.since(started),
+        epochs: stable_epoch,
+        views_agree,
+        cpu,
+    })
+}
+
 /// Run one trial: start the job, wait until every tree edge is connected, kill, measure.
 pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let Plan {
@@ -191,26 +358,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         )
     })?;
     let (events, epoch) = (&cluster.events, cluster.epoch);
-
-    let deadline = Instant::now() + cfg.timeout;
-    while !missing.is_empty() {
-        match next_event(events, deadline) {
-            Some((who, NodeEvent::Authenticated(peer))) => {
-                missing.remove(&(who, peer));
-            }
-            Some(_) => {}
-            None => {
-                return Err(BenchError::Timeout(
-                    cfg.timeout,
-                    format!("{} tree connections still missing", missing.len()),
-                ))
-            }
-        }
-    }
-
-    // The connections are up, but the first probe round's answers may still be in flight:
-    // let the reactors drain them so the failure meets an idle job, as in the paper.
-    std::thread::sleep(settle(n));
+    let mut refused = connected(events, &mut missing, cfg)?;
 
     // Kill every victim at once, then wait for their threads.
     let cpu_before = crate::engine::process_cpu();
@@ -230,13 +378,46 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
         let Some((who, e)) = next_event(events, deadline) else {
+            let on_survivors = survivors
+                .iter()
+                .filter(|i| {
+                    last_view
+                        .get(i)
+                        .is_some_and(|(_, v)| v[..] == survivors[..])
+                })
+                .count();
+            let views: HashSet<(u64, usize, Vec<NodeId>)> = last_view
+                .values()
+                .map(|(e, v)| {
+                    let gone = survivors
+                        .iter()
+                        .filter(|s| !v.contains(s))
+                        .copied()
+                        .collect();
+                    (*e, v.len(), gone)
+                })
+                .collect();
             return Err(BenchError::Timeout(
                 cfg.timeout,
-                format!("no stabilization after killing {victims:?}"),
+                format!(
+                    "no stabilization after killing {victims:?}: detected {detected:?}, \
+                     {on_survivors} of {} survivors installed their view; (epoch, size, live ids \
+                     missing) seen: {views:?}; refused: {refused:?}",
+                    survivors.len()
+                ),
             ));
         };
-        let NodeEvent::Protocol(Event::Member(e)) = e else {
-            continue;
+        let e = match e {
+            NodeEvent::Protocol(Event::Member(e)) => e,
+            NodeEvent::Refused(why) => {
+                refused.push((who, why));
+                continue;
+            }
+            NodeEvent::Suspect(peer) => {
+                refused.push((who, format!("suspects {peer}")));
+                continue;
+            }
+            _ => continue,
         };
         match e {
             MemberEvent::Detected { at, .. } => {
@@ -341,9 +522,15 @@ pub fn run(
     let (mut epochs_max, mut views_agree) = (0, true);
     let mut cpu = Duration::ZERO;
     for rep in 0..repeat {
-        let t = match &cfg.procs {
-            Some(exe) => super::launch::trial(exe, &cfg, rep)?,
-            None => trial(&cfg, rep)?,
+        let t = match (&cfg.procs, cfg.join) {
+            (Some(_), true) => {
+                return Err(BenchError::Config(
+                    "joins are measured with in-process nodes only".into(),
+                ))
+            }
+            (Some(exe), false) => super::launch::trial(exe, &cfg, rep)?,
+            (None, true) => trial_join(&cfg, rep)?,
+            (None, false) => trial(&cfg, rep)?,
         };
         let ns = |d: Duration| (d.as_nanos() as u64).max(1);
         // Both histograms span 1 ns to 100 s; anything longer already timed out.
@@ -361,7 +548,11 @@ pub fn run(
         nodes: cfg.nodes,
         radix: cfg.radix,
         mode: cfg.mode,
-        fail: cfg.fail.to_string(),
+        fail: if cfg.join {
+            "join".into()
+        } else {
+            cfg.fail.to_string()
+        },
         backend: backend.to_string(),
         wait: cfg.opts.wait.to_string(),
         repeat,
