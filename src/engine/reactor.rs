@@ -245,6 +245,8 @@ pub struct Reactor<P: Protocol> {
     /// Received messages: (hosted node, sender, message).
     inbox: Vec<(usize, NodeId, P::Msg)>,
     stop: bool,
+    /// Declared before the tables below: dropping it waits for the kernel to let go of every
+    /// request, and only then are the buffers those requests use dropped.
     uring: Option<Uring>,
     generation: u32,
     /// io_uring sends in flight, by id (they outlive their connection if it closes first).

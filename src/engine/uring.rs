@@ -347,6 +347,12 @@ impl Uring {
 
 impl Drop for Uring {
     fn drop(&mut self) {
+        // A reactor that stopped on an error skipped its orderly `cancel_all`: do it here, so
+        // no receive writes into the buffers freed below. (The reactor declares its send and
+        // loan tables after the ring, so they are dropped after this too.)
+        if self.outstanding > 0 {
+            self.cancel_all(std::time::Duration::from_secs(1));
+        }
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
         // SAFETY: allocated in `new` with this layout; the kernel no longer references it.
         unsafe { dealloc(self.ring_mem as *mut u8, self.layout) };
