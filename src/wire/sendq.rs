@@ -212,6 +212,20 @@ mod tests {
         iov[..n].iter().flat_map(|s| s.iter().copied()).collect()
     }
 
+    /// What a socket taking at most `budget` bytes of a gather write of `iovs` chunks would
+    /// take: appended to `wire`, and counted.
+    fn short_write(q: &SendQueue, iovs: usize, budget: usize, wire: &mut Vec<u8>) -> usize {
+        let mut iov = vec![IoSlice::new(&[]); iovs];
+        let n = q.slices(&mut iov);
+        let mut left = budget;
+        for s in &iov[..n] {
+            let take = s.len().min(left);
+            wire.extend_from_slice(&s[..take]);
+            left -= take;
+        }
+        budget - left
+    }
+
     fn msgs() -> Vec<Msg> {
         vec![
             Msg::Up { ident: 1, hop: 2 },
@@ -283,15 +297,7 @@ mod tests {
             assert!(later.is_empty());
             let mut got = Vec::new();
             while !q.is_empty() {
-                let mut iov = [IoSlice::new(&[]); 3];
-                let n = q.slices(&mut iov);
-                let mut take = step;
-                for s in &iov[..n] {
-                    let k = s.len().min(take);
-                    got.extend_from_slice(&s[..k]);
-                    take -= k;
-                }
-                let sent = step - take;
+                let sent = short_write(&q, 3, step, &mut got);
                 q.consume(sent);
                 // Round-trip through take/unshift as an io_uring send that took nothing would.
                 let mut held = Vec::new();
@@ -341,16 +347,8 @@ mod tests {
             let mut wire = Vec::new();
             let mut k = 0;
             while !q.is_empty() {
-                let budget = writes[k % writes.len()];
-                let mut iov = [IoSlice::new(&[]); 64];
-                let n = q.slices(&mut iov);
-                let mut left = budget;
-                for s in &iov[..n] {
-                    let take = s.len().min(left);
-                    wire.extend_from_slice(&s[..take]);
-                    left -= take;
-                }
-                q.consume(budget - left);
+                let sent = short_write(&q, 64, writes[k % writes.len()], &mut wire);
+                q.consume(sent);
                 if k % 3 == 0 {
                     let mut held = Vec::new();
                     q.take(&mut held, 1 + k % 4);
