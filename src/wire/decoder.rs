@@ -11,7 +11,7 @@
 //! decoder moves on to a fresh buffer, taking only the unread bytes (a partial frame) along.
 
 use super::frame::{FrameHeader, Kind, DEFAULT_MAX_BODY, HEADER_LEN};
-use super::payload::{Payload, SHARE_MIN};
+use super::payload::{offset_within, Payload, SHARE_MIN};
 use super::WireError;
 use rkyv::util::AlignedVec;
 use std::ops::Range;
@@ -55,13 +55,11 @@ impl Frame {
     /// receive buffer when it is large, copied when it is small (or, defensively, when it is
     /// not inside the body at all).
     pub fn share(&self, sub: &[u8]) -> Payload {
-        let body = self.body();
-        let (base, start) = (body.as_ptr() as usize, sub.as_ptr() as usize);
-        let inside = start >= base && start + sub.len() <= base + body.len();
-        if sub.len() < SHARE_MIN || !inside {
+        let inside = offset_within(self.body(), sub);
+        let Some(offset) = inside.filter(|_| sub.len() >= SHARE_MIN) else {
             return Payload::from(sub);
-        }
-        let at = self.body.start + (start - base);
+        };
+        let at = self.body.start + offset;
         Payload::from_bytes(bytes::Bytes::from_owner(Shared {
             buf: self.buf.clone(),
             range: at..at + sub.len(),

@@ -95,14 +95,19 @@ impl FrameHeader {
         HEADER_LEN + padded(self.body_len as usize)
     }
 
-    /// Write the header for a body of `body_len` bytes.
+    /// The header for a body of `body_len` bytes.
+    pub fn encode(kind: Kind, body_len: u32) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[..4].copy_from_slice(&MAGIC);
+        h[4] = VERSION;
+        h[5] = kind as u8;
+        h[8..12].copy_from_slice(&body_len.to_le_bytes());
+        h
+    }
+
+    /// Append the header for a body of `body_len` bytes.
     pub fn write(kind: Kind, body_len: u32, out: &mut Vec<u8>) {
-        out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
-        out.push(kind as u8);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&body_len.to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&Self::encode(kind, body_len));
     }
 }
 

@@ -39,11 +39,15 @@ impl Payload {
     /// A payload that shares `sub`, a part of this one (what a serializer that met `sub` while
     /// writing this payload sends by reference); `None` if `sub` is not inside it.
     pub fn share(&self, sub: &[u8]) -> Option<Payload> {
-        let (base, len) = (self.0.as_ptr() as usize, self.0.len());
-        let start = sub.as_ptr() as usize;
-        let inside = start >= base && start + sub.len() <= base + len;
-        inside.then(|| Payload(self.0.slice(start - base..start - base + sub.len())))
+        let at = offset_within(&self.0, sub)?;
+        Some(Payload(self.0.slice(at..at + sub.len())))
     }
+}
+
+/// Where `sub` starts inside `outer`, if it lies wholly inside it (by address, not content).
+pub(crate) fn offset_within(outer: &[u8], sub: &[u8]) -> Option<usize> {
+    let (base, start) = (outer.as_ptr() as usize, sub.as_ptr() as usize);
+    (start >= base && start + sub.len() <= base + outer.len()).then(|| start - base)
 }
 
 impl Deref for Payload {

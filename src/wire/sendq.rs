@@ -68,9 +68,8 @@ impl SendQueue {
             0,
             "frames are queued on 16-byte boundaries"
         );
-        let mut header = Vec::with_capacity(HEADER_LEN);
-        FrameHeader::write(Kind::Msg, 0, &mut header);
-        self.open.extend_from_slice(&header);
+        self.open
+            .extend_from_slice(&FrameHeader::encode(Kind::Msg, 0));
         let mut w = GatherWriter {
             open: &mut self.open,
             body_start: start + HEADER_LEN,
