@@ -16,21 +16,14 @@ use weft::wire::handshake::JobKey;
 use weft::NodeId;
 
 fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConfig {
+    let opts = NodeOptions {
+        wait: WaitMode::Block,
+        backend: Some(backend),
+        ..NodeOptions::default()
+    };
     BenchConfig {
-        nodes,
-        radix: 4,
-        mode,
-        fail,
-        seed: 7,
-        opts: NodeOptions {
-            wait: WaitMode::Block,
-            backend: Some(backend),
-            ..NodeOptions::default()
-        },
         timeout: Duration::from_secs(20),
-        procs: None,
-        batch: Duration::ZERO,
-        join: false,
+        ..BenchConfig::new(nodes, 4, mode, fail, 7, opts)
     }
 }
 

@@ -13,17 +13,11 @@ use weft::transport::stabilize::{job_options, run, BenchConfig};
 fn killed_processes_are_excluded_by_every_survivor() {
     for backend in [Backend::Poll, Backend::Uring] {
         for fail in [Fail::Inner, Fail::Root] {
+            let opts = job_options(WaitMode::Block, Some(backend));
             let cfg = BenchConfig {
-                nodes: 8,
-                radix: 4,
-                mode: TreeMode::Patch,
-                fail,
-                seed: 11,
-                opts: job_options(WaitMode::Block, Some(backend)),
                 timeout: Duration::from_secs(20),
                 procs: Some(env!("CARGO_BIN_EXE_weft").into()),
-                batch: Duration::ZERO,
-                join: false,
+                ..BenchConfig::new(8, 4, TreeMode::Patch, fail, 11, opts)
             };
             let mut trials = 0;
             let r = run(&cfg, 2, |_, t| {

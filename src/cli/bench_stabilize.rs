@@ -101,12 +101,6 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     let mut reports: Vec<BenchReport> = Vec::new();
     for n in sizes {
         let cfg = BenchConfig {
-            nodes: n,
-            radix: a.tree.radix,
-            mode: a.tree.mode,
-            fail: a.fail,
-            seed,
-            opts: job_options(a.engine.wait, a.engine.backend),
             timeout: Duration::from_secs_f64(a.timeout_s),
             procs: if a.procs {
                 Some(std::env::current_exe()?)
@@ -115,6 +109,14 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             },
             batch: Duration::from_secs_f64(a.batch_us * 1e-6),
             join: a.join,
+            ..BenchConfig::new(
+                n,
+                a.tree.radix,
+                a.tree.mode,
+                a.fail,
+                seed,
+                job_options(a.engine.wait, a.engine.backend),
+            )
         };
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")

@@ -3,7 +3,6 @@
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::time::Duration;
 use weft::model::validate::{validate, ValidateRow};
 use weft::plot::{log_x_svg, Series};
 use weft::sim::rng::SimRng;
@@ -70,18 +69,14 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     for &n in &a.nodes_list {
-        let cfg = BenchConfig {
-            nodes: n,
-            radix: a.tree.radix,
-            mode: a.tree.mode,
-            fail: a.fail,
+        let cfg = BenchConfig::new(
+            n,
+            a.tree.radix,
+            a.tree.mode,
+            a.fail,
             seed,
-            opts: job_options(a.engine.wait, a.engine.backend),
-            timeout: Duration::from_secs(30),
-            procs: None,
-            batch: Duration::ZERO,
-            join: false,
-        };
+            job_options(a.engine.wait, a.engine.backend),
+        );
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);
         if a.json {

@@ -208,16 +208,15 @@ mod tests {
     #[test]
     fn messages_of_a_single_failure_are_about_two_per_survivor() {
         let cfg = BenchConfig {
-            nodes: 64,
-            radix: 4,
-            mode: TreeMode::Patch,
-            fail: crate::sim::stabilize::Fail::Leaf,
-            seed: 3,
-            opts: Default::default(),
             timeout: Duration::from_secs(1),
-            procs: None,
-            batch: Duration::ZERO,
-            join: false,
+            ..BenchConfig::new(
+                64,
+                4,
+                TreeMode::Patch,
+                crate::sim::stabilize::Fail::Leaf,
+                3,
+                Default::default(),
+            )
         };
         let m = count_messages(&cfg, 4).unwrap();
         // FailedNode down and FailureAck up each of the 62 edges of the new tree, plus the

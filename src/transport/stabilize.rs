@@ -66,6 +66,32 @@ pub struct BenchConfig {
     pub join: bool,
 }
 
+impl BenchConfig {
+    /// One failure benchmark with the usual rest: a 30 s phase timeout, in-process nodes, no
+    /// batching window, no join.
+    pub fn new(
+        nodes: u32,
+        radix: u32,
+        mode: TreeMode,
+        fail: Fail,
+        seed: u64,
+        opts: NodeOptions,
+    ) -> Self {
+        Self {
+            nodes,
+            radix,
+            mode,
+            fail,
+            seed,
+            opts,
+            timeout: Duration::from_secs(30),
+            procs: None,
+            batch: Duration::ZERO,
+            join: false,
+        }
+    }
+}
+
 /// The engine settings of a stabilization job: `wait` and `backend` as asked, and many small
 /// io_uring receive buffers per reactor (small messages over hundreds of sockets per reactor:
 /// a burst must not run the ring dry).
@@ -198,11 +224,7 @@ fn connected(
             Some((who, NodeEvent::Authenticated(peer))) => {
                 missing.remove(&(who, peer));
             }
-            Some((who, NodeEvent::Refused(why))) => refused.push((who, why)),
-            Some((who, NodeEvent::Suspect(peer))) => {
-                refused.push((who, format!("suspects {peer}")))
-            }
-            Some(_) => {}
+            Some((who, e)) => refused.extend(refusal(who, &e)),
             None => {
                 return Err(BenchError::Timeout(
                     cfg.timeout,
@@ -216,13 +238,42 @@ fn connected(
     }
     std::thread::sleep(settle(cfg.nodes));
     while let Ok((who, e)) = events.try_recv() {
-        match e {
-            NodeEvent::Refused(why) => refused.push((who, why)),
-            NodeEvent::Suspect(peer) => refused.push((who, format!("suspects {peer}"))),
-            _ => {}
-        }
+        refused.extend(refusal(who, &e));
     }
     Ok(refused)
+}
+
+/// A refused connection or a suspicion, as a timed-out trial reports them.
+fn refusal(who: NodeId, e: &NodeEvent) -> Option<(NodeId, String)> {
+    match e {
+        NodeEvent::Refused(why) => Some((who, why.clone())),
+        NodeEvent::Suspect(peer) => Some((who, format!("suspects {peer}"))),
+        _ => None,
+    }
+}
+
+/// For a timed-out trial: how many of `members` installed exactly `want`, and every distinct
+/// (epoch, size, ids of `want` missing) the members' last views had.
+fn views_seen(
+    last_view: &HashMap<NodeId, (u64, Arc<[NodeId]>)>,
+    members: &[NodeId],
+    want: &[NodeId],
+) -> String {
+    let on_want = members
+        .iter()
+        .filter(|i| last_view.get(i).is_some_and(|(_, v)| v[..] == want[..]))
+        .count();
+    let seen: HashSet<(u64, usize, Vec<NodeId>)> = last_view
+        .values()
+        .map(|(e, v)| {
+            let gone = want.iter().filter(|w| !v.contains(w)).copied().collect();
+            (*e, v.len(), gone)
+        })
+        .collect();
+    format!(
+        "{on_want} of {} installed the expected view; (epoch, size, ids missing) seen: {seen:?}",
+        members.len()
+    )
 }
 
 /// Run one join trial: start the job, wait until it is connected, start process `N` as a
@@ -277,16 +328,11 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
         let Some((who, e)) = next_event(events, deadline) else {
-            let with = ids
-                .iter()
-                .filter(|i| last_view.get(i).is_some_and(|(_, v)| v[..] == everyone[..]))
-                .count();
-            let root_at = last_view.get(&root).map(|(e, v)| (*e, v.len()));
             return Err(BenchError::Timeout(
                 cfg.timeout,
                 format!(
-                    "the join did not stabilize: admitted {admitted:?}, {with} of {n} members \
-                     installed the view with the joiner, the root's last (epoch, size) {root_at:?}"
+                    "the join did not stabilize: admitted {admitted:?}; {}",
+                    views_seen(&last_view, &ids, &everyone)
                 ),
             ));
         };
@@ -378,46 +424,21 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
         let Some((who, e)) = next_event(events, deadline) else {
-            let on_survivors = survivors
-                .iter()
-                .filter(|i| {
-                    last_view
-                        .get(i)
-                        .is_some_and(|(_, v)| v[..] == survivors[..])
-                })
-                .count();
-            let views: HashSet<(u64, usize, Vec<NodeId>)> = last_view
-                .values()
-                .map(|(e, v)| {
-                    let gone = survivors
-                        .iter()
-                        .filter(|s| !v.contains(s))
-                        .copied()
-                        .collect();
-                    (*e, v.len(), gone)
-                })
-                .collect();
             return Err(BenchError::Timeout(
                 cfg.timeout,
                 format!(
-                    "no stabilization after killing {victims:?}: detected {detected:?}, \
-                     {on_survivors} of {} survivors installed their view; (epoch, size, live ids \
-                     missing) seen: {views:?}; refused: {refused:?}",
-                    survivors.len()
+                    "no stabilization after killing {victims:?}: detected {detected:?}; {}; \
+                     refused: {refused:?}",
+                    views_seen(&last_view, &survivors, &survivors)
                 ),
             ));
         };
         let e = match e {
             NodeEvent::Protocol(Event::Member(e)) => e,
-            NodeEvent::Refused(why) => {
-                refused.push((who, why));
+            other => {
+                refused.extend(refusal(who, &other));
                 continue;
             }
-            NodeEvent::Suspect(peer) => {
-                refused.push((who, format!("suspects {peer}")));
-                continue;
-            }
-            _ => continue,
         };
         match e {
             MemberEvent::Detected { at, .. } => {
