@@ -4,17 +4,28 @@ mod common;
 
 use common::{scratch, weft};
 
-#[test]
-fn sim_bmg_json_has_the_documented_fields() {
-    let out = weft(&[
-        "sim", "bmg", "--tree", "binomial", "--depth", "8", "--seed", "7", "--json",
-    ]);
+/// Run `weft args`, which must succeed (its stderr is the failure message).
+fn succeed(args: &[&str]) -> std::process::Output {
+    let out = weft(args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    out
+}
+
+/// The one JSON object a `--json` run printed.
+fn one_json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn sim_bmg_json_has_the_documented_fields() {
+    let out = succeed(&[
+        "sim", "bmg", "--tree", "binomial", "--depth", "8", "--seed", "7", "--json",
+    ]);
+    let v = one_json(&out);
     for field in [
         "nodes",
         "tree",
@@ -80,7 +91,7 @@ fn sim_bmg_random_init_is_reproducible_from_its_seed() {
 fn sweep_writes_csv_and_svg() {
     let dir = scratch("sweep");
     let (csv, svg) = (dir.join("sweep.csv"), dir.join("sweep.svg"));
-    let out = weft(&[
+    let out = succeed(&[
         "sim",
         "bmg",
         "--sweep",
@@ -97,11 +108,6 @@ fn sweep_writes_csv_and_svg() {
         "--plot",
         svg.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("nodes") && table.contains("127"), "{table}");
     let csv = std::fs::read_to_string(csv).unwrap();
@@ -144,7 +150,7 @@ fn bad_arguments_are_refused_clearly() {
 
 #[test]
 fn bench_stabilize_json_has_the_documented_fields() {
-    let out = weft(&[
+    let out = succeed(&[
         "bench",
         "stabilize",
         "--nodes",
@@ -157,12 +163,7 @@ fn bench_stabilize_json_has_the_documented_fields() {
         "poll",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = one_json(&out);
     for field in [
         "nodes",
         "radix",
@@ -198,7 +199,7 @@ fn bench_stabilize_refuses_a_bad_radix() {
 fn model_validate_compares_every_model_and_plots() {
     let dir = scratch("validate");
     let svg = dir.join("v.svg");
-    let out = weft(&[
+    let out = succeed(&[
         "model",
         "validate",
         "--nodes-list",
@@ -211,11 +212,6 @@ fn model_validate_compares_every_model_and_plots() {
         "--plot",
         svg.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
@@ -243,7 +239,7 @@ fn model_validate_compares_every_model_and_plots() {
 
 #[test]
 fn bench_stabilize_runs_one_process_per_node() {
-    let out = weft(&[
+    let out = succeed(&[
         "bench",
         "stabilize",
         "--procs",
@@ -257,12 +253,7 @@ fn bench_stabilize_runs_one_process_per_node() {
         "poll",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = one_json(&out);
     assert_eq!(v["nodes"], 8);
     assert_eq!(v["views_agree"], true);
     assert!(v["ts_p50_us"].as_f64().unwrap() > 0.0);
