@@ -13,7 +13,7 @@
 //!
 //! On the io_uring backend everything goes through the ring: accepts, connects, receives and
 //! sends (a gather `sendmsg`, zero-copy above [`ReactorConfig::zerocopy_min`]); epoll only
-//! watches the ring's fd and the waker, so a blocked reactor wakes for either. On the poll
+//! watches the ring's eventfd and the waker, so a blocked reactor wakes for either. On the poll
 //! backend epoll watches everything and sends are `writev`s.
 
 use super::timers::Timers;
@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 
 /// The token of the waker that interrupts a blocked poll for commands.
 pub const WAKER: Token = Token(0);
-/// The io_uring ring's fd, readable when completions wait (lets a blocked reactor wake).
+/// The io_uring ring's eventfd, signalled when completions or completion work wait (lets a
+/// blocked reactor wake).
 const RING: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
