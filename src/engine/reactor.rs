@@ -395,11 +395,15 @@ where
                 WaitMode::Block => false,
             };
             // A spinning io_uring reactor watches its completion queue (shared memory, no
-            // syscall) and asks epoll (accepts, connects, writability: rare) only every 32nd turn.
+            // syscall) and asks epoll (commands) only every 32nd turn; it needs no signal from
+            // the ring until it is about to block.
             spins = spins.wrapping_add(1);
             let ask_epoll = !spinning || self.uring.is_none() || spins.is_multiple_of(32);
+            if let Some(u) = self.uring.as_mut() {
+                u.set_wakeups(!spinning);
+            }
             if ask_epoll {
-                let timeout = if spinning {
+                let timeout = if spinning || self.uring.as_mut().is_some_and(|u| u.has_work()) {
                     Some(Duration::ZERO)
                 } else {
                     let now = self.now();
