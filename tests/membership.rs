@@ -10,7 +10,7 @@ use weft::engine::{Backend, WaitMode};
 use weft::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
 use weft::proto::Event;
 use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::{trial, BenchConfig};
+use weft::transport::stabilize::{trial, BenchConfig, Placement};
 use weft::transport::{bind, spawn, Cluster, NodeOptions, NodeSpec};
 use weft::wire::handshake::JobKey;
 use weft::NodeId;
@@ -52,6 +52,23 @@ fn every_failure_kind_ends_in_one_view_on_both_backends() {
                 );
                 assert!(t.epochs >= 1, "{t:?}");
             }
+        }
+    }
+}
+
+/// Nodes placed on the reactors by subtree or round robin: the handles come back in id order
+/// either way, so the node killed is the victim and the survivors agree on exactly the rest.
+#[test]
+fn both_placements_kill_the_victims_and_agree() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        for placement in [Placement::Subtree, Placement::RoundRobin] {
+            let cfg = BenchConfig {
+                placement,
+                ..config(21, Fail::Multi(3), TreeMode::Patch, backend)
+            };
+            let t = trial(&cfg, 0).unwrap_or_else(|e| panic!("{backend} {placement:?}: {e}"));
+            assert_eq!(t.victims.len(), 3);
+            assert!(t.views_agree, "{backend} {placement:?}: {t:?}");
         }
     }
 }

@@ -1,12 +1,14 @@
 //! `weft bench stabilize`: the main job. Real membership nodes on loopback, a node killed for
 //! real, Ts measured from detection to the root's stabilization, over repeated trials.
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::{job_options, run as run_bench, BenchConfig, BenchReport};
+use weft::transport::stabilize::{
+    job_options, run as run_bench, BenchConfig, BenchReport, Placement,
+};
 
 /// Arguments of `weft bench stabilize`.
 #[derive(Args, Debug)]
@@ -30,6 +32,9 @@ pub struct BenchStabilizeArgs {
     /// Trials (each a fresh job).
     #[arg(long, default_value_t = 40)]
     repeat: u32,
+    /// How in-process nodes are spread over the reactors (one per core).
+    #[arg(long, value_enum, default_value = "subtree", conflicts_with = "procs")]
+    placement: Placement,
     #[command(flatten)]
     engine: super::EngineArgs,
     /// Seed of the victims' choice (printed when chosen at random).
@@ -70,7 +75,12 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     if !a.json {
         println!(
             "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, {}, {} trials, seed {seed}",
-            if a.procs { "one process per node" } else { "in-process nodes" },
+            if a.procs {
+                "one process per node".to_string()
+            } else {
+                let how = a.placement.to_possible_value().expect("no variant is skipped");
+                format!("in-process nodes placed by {}", how.get_name())
+            },
             a.tree.radix, a.tree.mode,
             if a.join { "a new process joins".to_string() } else { format!("fail {}", a.fail) },
             a.repeat
@@ -109,6 +119,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             },
             batch: Duration::from_secs_f64(a.batch_us * 1e-6),
             join: a.join,
+            placement: a.placement,
             ..BenchConfig::new(
                 n,
                 a.tree.radix,

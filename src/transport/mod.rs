@@ -153,9 +153,13 @@ pub struct NodeOptions {
     pub recv_buffers: (u16, u32),
     /// io_uring sends of at least this many bytes are zero-copy ([`ReactorConfig::zerocopy_min`]).
     pub zerocopy_min: usize,
-    /// Reactor threads of a [`Cluster`] (`None`: one per online core, thread per core). Node
-    /// `i` runs on reactor `i mod reactors`.
+    /// Reactor threads of a [`Cluster`] (`None`: one per online core, thread per core).
     pub reactors: Option<usize>,
+    /// Which reactor of a [`Cluster`] hosts node `i`: `placement[i] mod reactors` (`None`, or
+    /// past the map's end: `i mod reactors`, which spreads every neighborhood over all cores).
+    /// A launcher's rank mapping: nodes that talk most should share a reactor, where a message
+    /// is handled on the core that sent it and wakes no other.
+    pub placement: Option<Arc<[u32]>>,
 }
 
 impl Default for NodeOptions {
@@ -171,6 +175,7 @@ impl Default for NodeOptions {
             recv_buffers: (256, 16 * 1024),
             zerocopy_min: ZEROCOPY_MIN,
             reactors: None,
+            placement: None,
         }
     }
 }
@@ -327,6 +332,11 @@ where
         let cores = crate::engine::online_cpus();
         let reactors = opts.reactors.unwrap_or(cores).clamp(1, n.max(1));
         let mut groups: Vec<Vec<(NodeSpec, P)>> = (0..reactors).map(|_| Vec::new()).collect();
+        let placement = opts.placement.clone();
+        let reactor_of = |i: usize| match placement.as_deref().and_then(|m| m.get(i)) {
+            Some(&r) => r as usize % reactors,
+            None => i % reactors,
+        };
         for (i, l) in listeners.into_iter().enumerate() {
             let mut peers = addrs.clone();
             peers.remove(&ids[i]);
@@ -337,7 +347,7 @@ where
                 key: key.clone(),
                 core: None,
             };
-            groups[i % reactors].push((spec, make(i, &ids)));
+            groups[reactor_of(i)].push((spec, make(i, &ids)));
         }
         let (tx, rx) = channel();
         let mut threads = Vec::with_capacity(reactors);
@@ -348,10 +358,10 @@ where
             threads.push(thread);
             slots.push(handles);
         }
-        // Back to id order: node i is the (i / reactors)-th of reactor i mod reactors.
+        // Back to id order: each reactor's nodes were added in id order.
         let mut iters: Vec<_> = slots.into_iter().map(Vec::into_iter).collect();
         let nodes = (0..n)
-            .map(|i| iters[i % reactors].next().ok_or(EngineError::Gone))
+            .map(|i| iters[reactor_of(i)].next().ok_or(EngineError::Gone))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             nodes,

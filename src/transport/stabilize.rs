@@ -19,6 +19,7 @@ use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig
 use crate::proto::{Event, Time};
 use crate::sim::rng::SimRng;
 use crate::sim::stabilize::{victims, Fail};
+use crate::topology::radix::RadixTree;
 use crate::topology::recalc;
 use crate::NodeId;
 use std::collections::{HashMap, HashSet};
@@ -64,6 +65,19 @@ pub struct BenchConfig {
     pub batch: Duration,
     /// Time a new process joining instead of a failure (`fail` is then unused).
     pub join: bool,
+    /// How in-process nodes are spread over the reactors.
+    pub placement: Placement,
+}
+
+/// How a job's in-process nodes are spread over the reactors (one per core).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Whole subtrees of the initial radix tree per reactor ([`RadixTree::preorder_blocks`]):
+    /// most tree edges stay on one core, where a message wakes no other.
+    Subtree,
+    /// Node `i` on reactor `i mod reactors`: every parent's children spread over all cores.
+    RoundRobin,
 }
 
 impl BenchConfig {
@@ -88,7 +102,20 @@ impl BenchConfig {
             procs: None,
             batch: Duration::ZERO,
             join: false,
+            placement: Placement::Subtree,
         }
+    }
+
+    /// The engine options of one in-process job: `opts`, with the nodes placed as asked.
+    fn job_opts(&self) -> Result<NodeOptions, BenchError> {
+        let mut opts = self.opts.clone();
+        if self.placement == Placement::Subtree {
+            let reactors = opts.reactors.unwrap_or_else(crate::engine::online_cpus);
+            let tree = RadixTree::new(self.nodes, self.radix)
+                .map_err(|e| BenchError::Config(e.to_string()))?;
+            opts.placement = Some(tree.preorder_blocks(reactors as u32).into());
+        }
+        Ok(opts)
     }
 }
 
@@ -289,7 +316,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let opts = NodeOptions {
         key: Some(key.clone()),
         epoch: Some(Instant::now()),
-        ..cfg.opts.clone()
+        ..cfg.job_opts()?
     };
     let member = member_config(cfg.radix, cfg.mode, cfg.batch);
     let cluster = Cluster::start(n as usize, opts.clone(), |i, ids| {
@@ -396,7 +423,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         mut missing,
     } = plan(cfg, rep)?;
     let n = cfg.nodes;
-    let mut cluster = Cluster::start(n as usize, cfg.opts.clone(), |i, ids| {
+    let mut cluster = Cluster::start(n as usize, cfg.job_opts()?, |i, ids| {
         Membership::new(
             ids[i],
             ids.to_vec(),
@@ -495,6 +522,8 @@ pub struct BenchReport {
     pub backend: String,
     /// Reactor wait mode.
     pub wait: String,
+    /// How in-process nodes were spread over the reactors (`None`: one process per node).
+    pub placement: Option<Placement>,
     /// Trials.
     pub repeat: u32,
     /// Height H of the initial tree.
@@ -576,6 +605,7 @@ pub fn run(
         },
         backend: backend.to_string(),
         wait: cfg.opts.wait.to_string(),
+        placement: cfg.procs.is_none().then_some(cfg.placement),
         repeat,
         height: IdTree::radix(&ids, cfg.radix).height(),
         ts_p50_us: s.p50_us,
