@@ -431,7 +431,8 @@ where
                     Token(t) => self.service(
                         t - FIRST_CONN,
                         ev.is_readable(),
-                        ev.is_writable() || ev.is_error(),
+                        ev.is_writable(),
+                        ev.is_error(),
                     )?,
                 }
             }
@@ -675,14 +676,31 @@ where
         self.apply_outbox(h)
     }
 
-    fn service(&mut self, slot: usize, readable: bool, writable: bool) -> Result<(), EngineError> {
-        if writable {
-            let failed = match self.conns.get_mut(slot).and_then(|c| c.as_mut()) {
-                Some(conn) => match conn.stream.take_error() {
-                    Ok(Some(e)) | Err(e) => Some(e.to_string()),
-                    Ok(None) => conn.flush().err().map(|e| e.to_string()),
-                },
-                None => return Ok(()),
+    /// An epoll event on a connection. The socket's pending error is asked for (a
+    /// `getsockopt`) only when epoll flags one, as for a refused dial: every ACK of a send
+    /// makes the socket writable again, and that must not cost a syscall.
+    fn service(
+        &mut self,
+        slot: usize,
+        readable: bool,
+        writable: bool,
+        error: bool,
+    ) -> Result<(), EngineError> {
+        if writable || error {
+            let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+                return Ok(());
+            };
+            let pending = if error {
+                match conn.stream.take_error() {
+                    Ok(e) => e,
+                    Err(e) => Some(e),
+                }
+            } else {
+                None
+            };
+            let failed = match pending {
+                Some(e) => Some(e.to_string()),
+                None => conn.flush().err().map(|e| e.to_string()),
             };
             if let Some(why) = failed {
                 return self.close(slot, why);
