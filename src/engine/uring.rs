@@ -21,8 +21,8 @@
 //! kernel signals when work or completions arrive ([`Uring::fd`]).
 //!
 //! Why DEFER_TASKRUN and not COOP_TASKRUN: the same ping-pong, alternated in one sitting
-//! (`weft ping --backend uring --wait busy --compare`), went from 0.64–0.69× to 0.86–0.89× the
-//! std peer's bandwidth at 1 MiB, and from 1.33–1.37× to 1.20–1.33× its latency at 32 B.
+//! (`weft ping --backend uring --wait busy --compare`), went from 0.67–0.73× to 0.84–0.87× the
+//! std peer's bandwidth at 1 MiB, and from 1.45–1.49× to 1.20–1.23× its latency at 32 B.
 //! Cooperative task work runs through the signal-delivery path on the way back to user space;
 //! deferred work runs in a batch inside the enter that asks for it.
 
