@@ -258,3 +258,22 @@ fn bench_stabilize_runs_one_process_per_node() {
     assert_eq!(v["views_agree"], true);
     assert!(v["ts_p50_us"].as_f64().unwrap() > 0.0);
 }
+
+/// A reader that goes away (`weft ... | head -1`) ends the program quietly and successfully:
+/// no panic about a broken pipe.
+#[test]
+fn a_closed_stdout_pipe_ends_the_run_quietly() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["sim", "bmg", "--depth", "6", "--seed", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run weft");
+    // Close the only read end before the child prints anything.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for weft");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "status {:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

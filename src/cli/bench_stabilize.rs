@@ -73,7 +73,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         a.nodes_list.clone()
     };
     if !a.json {
-        println!(
+        say!(
             "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, {}, {} trials, seed {seed}",
             if a.procs {
                 "one process per node".to_string()
@@ -86,14 +86,12 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             a.repeat
         );
         if a.join {
-            println!("Ts = the root admits the joiner -> the root has every ack of the new view");
-            println!("detect = the joiner starts -> the root admits it (dial, handshake, NewNode)");
+            say!("Ts = the root admits the joiner -> the root has every ack of the new view");
+            say!("detect = the joiner starts -> the root admits it (dial, handshake, NewNode)");
         } else {
-            println!(
-                "Ts = first detection of the failure -> the root has every ack of the new view"
-            );
+            say!("Ts = first detection of the failure -> the root has every ack of the new view");
         }
-        println!(
+        say!(
             "{:>6} {:>3} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>6}",
             "nodes",
             "H",
@@ -137,9 +135,9 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         let r = run_bench(&cfg, a.repeat, |_, _| bar.inc(1))?;
         bar.finish_and_clear();
         if a.json {
-            println!("{}", serde_json::to_string(&r)?);
+            say!("{}", serde_json::to_string(&r)?);
         } else {
-            println!(
+            say!(
                 "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10.1} {:>6}",
                 r.nodes,
                 r.height,

@@ -80,7 +80,7 @@ fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
         std::fs::write(&path, p.to_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    println!(
+    say!(
         "{}: {} bytes -> {} pieces of {} bytes in {} ({} mode, any {} rebuild it, kernel {})",
         a.file.display(),
         data.len(),
@@ -134,7 +134,7 @@ fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
     let mut used: Vec<u8> = pieces.iter().map(|p| p.header.index).collect();
     used.sort_unstable();
     used.truncate(m);
-    println!(
+    say!(
         "{}: {} bytes rebuilt from pieces {:?} ({} found, {} needed), SHA-256 verified",
         a.out.display(),
         data.len(),
@@ -153,7 +153,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     };
     let budget = Duration::from_secs_f64(a.budget_s.max(0.01));
     if !a.json {
-        println!(
+        say!(
             "weft ida bench: kernel {kernel}, best of {:.1} s per figure, GB/s of file bytes{}",
             budget.as_secs_f64(),
             if cfg!(feature = "isal") {
@@ -162,9 +162,18 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 ""
             }
         );
-        println!(
+        say!(
             "{:>6} {:>10} {:>3} {:>3} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8}",
-            "op", "mode", "m", "n", "bytes", "kernel", "GB/s", "/memcpy", "isal GB/s", "/isal"
+            "op",
+            "mode",
+            "m",
+            "n",
+            "bytes",
+            "kernel",
+            "GB/s",
+            "/memcpy",
+            "isal GB/s",
+            "/isal"
         );
     }
     for bytes in SIZES {
@@ -184,7 +193,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
                 }
                 for p in &peers {
                     if a.json {
-                        println!("{}", serde_json::to_string(p)?);
+                        say!("{}", serde_json::to_string(p)?);
                     }
                 }
             }
@@ -195,14 +204,14 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
 
 fn print_row(a: &BenchArgs, r: &BenchRow, memcpy_gbs: f64, isal: Option<f64>) {
     if a.json {
-        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        say!("{}", serde_json::to_string(r).unwrap_or_default());
         return;
     }
     let (peer, ratio) = match isal {
         Some(g) => (format!("{g:.2}"), format!("{:.2}", r.gb_per_s / g)),
         None => ("-".into(), "-".into()),
     };
-    println!(
+    say!(
         "{:>6} {:>10} {:>3} {:>3} {:>8} {:>9} {:>7.2} {:>7.2} {:>9} {:>8}",
         r.op,
         r.mode,

@@ -1,6 +1,18 @@
 //! The `weft` command line: argument types and one module per subcommand. Subcommands parse,
 //! call the library and print; no protocol or measurement logic lives here.
 
+/// `println!`, except that a closed stdout ends the program instead of panicking: quietly
+/// (status 0) when the reader went away, as in `weft bench stabilize --json | head -1`, with
+/// the reason otherwise.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::cli::stdout_failed(e)
+        }
+    }};
+}
+
 pub mod bench_stabilize;
 pub mod ida;
 pub mod model_validate;
@@ -100,4 +112,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ida(cmd) => ida::run(cmd),
         Command::Ping(args) => ping::run(args),
     }
+}
+
+/// Stdout cannot be written: see [`say!`].
+pub(crate) fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("weft: error: cannot write to stdout: {e}");
+    std::process::exit(1);
 }

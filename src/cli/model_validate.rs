@@ -40,15 +40,16 @@ pub struct ValidateArgs {
 pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
     if !a.json {
-        println!(
+        say!(
             "weft model validate: radix {}, {:?} tree, fail {}, {} trials per size, seed {seed}",
-            a.tree.radix, a.tree.mode, a.fail, a.repeat
+            a.tree.radix,
+            a.tree.mode,
+            a.fail,
+            a.repeat
         );
-        println!("L = engine one-way latency (32 B ping), Ocp = local recalculation, c = CPU per message under load (relay ring),");
-        println!(
-            "M = messages (simulator), c stab = CPU the stabilization used / M (block mode only)"
-        );
-        println!(
+        say!("L = engine one-way latency (32 B ping), Ocp = local recalculation, c = CPU per message under load (relay ring),");
+        say!("M = messages (simulator), c stab = CPU the stabilization used / M (block mode only)");
+        say!(
             "{:>6} {:>2} {:>17} {:>7} {:>7} {:>6} {:>6} {:>7} {:>14} {:>14} {:>16}",
             "nodes",
             "H",
@@ -80,11 +81,11 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);
         if a.json {
-            bar.suspend(|| println!("{}", serde_json::to_string(&r).unwrap_or_default()));
+            bar.suspend(|| say!("{}", serde_json::to_string(&r).unwrap_or_default()));
         } else {
             let pct = |e: f64| format!("{:.0}%", e * 100.0);
             bar.suspend(|| {
-                println!(
+                say!(
                     "{:>6} {:>2} {:>9.1} ± {:<5.1} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7.2} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6}",
                     r.nodes,
                     r.height,
@@ -142,7 +143,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         );
         log_x_svg(path, &title, "nodes", "Ts (µs)", &series)?;
         if !a.json {
-            println!("plot: {}", path.display());
+            say!("plot: {}", path.display());
         }
     }
     Ok(())

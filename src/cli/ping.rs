@@ -60,27 +60,41 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     };
     if a.json {
         for r in ours.iter().chain(&peer) {
-            println!("{}", serde_json::to_string(r)?);
+            say!("{}", serde_json::to_string(r)?);
         }
         return Ok(());
     }
-    println!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2");
-    println!(
+    say!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2");
+    say!(
         "{:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8}",
-        "size", "backend", "wait", "p50 µs", "p99 µs", "p99.9 µs", "MB/s", "iters"
+        "size",
+        "backend",
+        "wait",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "MB/s",
+        "iters"
     );
     let show = |r: &PingRow| {
-        println!(
+        say!(
             "{:>8} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8}",
-            r.size, r.backend, r.wait, r.p50_us, r.p99_us, r.p999_us, r.mb_per_s, r.iters
+            r.size,
+            r.backend,
+            r.wait,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.mb_per_s,
+            r.iters
         )
     };
     ours.iter().for_each(show);
     if !peer.is_empty() {
         peer.iter().for_each(show);
-        println!("\nweft / std-busy (p50 latency: lower is better; bandwidth: higher is better)");
+        say!("\nweft / std-busy (p50 latency: lower is better; bandwidth: higher is better)");
         for (o, p) in ours.iter().zip(&peer) {
-            println!(
+            say!(
                 "{:>8} B  p50 {:>5.2}x   MB/s {:>5.2}x",
                 o.size,
                 o.p50_us / p.p50_us,

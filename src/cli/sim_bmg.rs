@@ -130,36 +130,44 @@ fn unit(s: Scheduler) -> &'static str {
 
 fn print_run(r: &BmgRun, latency_us: f64) {
     let u = unit(r.scheduler);
-    println!(
+    say!(
         "weft sim bmg: {} tree, depth {}, {} processes, {} scheduler, {} init, seed {}",
-        r.tree, r.depth, r.nodes, r.scheduler, r.init, r.seed
+        r.tree,
+        r.depth,
+        r.nodes,
+        r.scheduler,
+        r.init,
+        r.seed
     );
-    println!("  ring correct after     {:>10} {u}", r.ring_phases);
-    println!(
+    say!("  ring correct after     {:>10} {u}", r.ring_phases);
+    say!(
         "  BMG correct after      {:>10} more {u} ({} total)",
-        r.bmg_phases, r.total_phases
+        r.bmg_phases,
+        r.total_phases
     );
-    println!(
+    say!(
         "  projected time         {:>10.3} ms  ({latency_us} µs per message)",
         r.projected_s * 1e3
     );
-    println!("  max msgs per process   {:>10}", r.max_msgs_per_proc);
-    println!("  total messages         {:>10}", r.total_msgs);
-    println!(
+    say!("  max msgs per process   {:>10}", r.max_msgs_per_proc);
+    say!("  total messages         {:>10}", r.total_msgs);
+    say!(
         "  quiet processes        {:>10} of {}",
-        r.quiet_nodes, r.nodes
+        r.quiet_nodes,
+        r.nodes
     );
     if r.silence_rounds > 0 {
-        println!(
+        say!(
             "  changes afterwards     {:>10} in {} more {u}",
-            r.changes_after, r.silence_rounds
+            r.changes_after,
+            r.silence_rounds
         );
     }
-    println!(
+    say!(
         "  converged              {:>10}",
         if r.converged { "yes" } else { "NO" }
     );
-    println!("  wall time              {:>10.3} s", r.wall_s);
+    say!("  wall time              {:>10.3} s", r.wall_s);
 }
 
 /// Run `weft sim bmg`.
@@ -171,7 +179,7 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
     if !args.sweep {
         let r = run_sim(&args.config(seed)?)?;
         if args.json {
-            println!("{}", serde_json::to_string(&r)?);
+            say!("{}", serde_json::to_string(&r)?);
         } else {
             print_run(&r, args.latency_us);
         }
@@ -202,7 +210,7 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
             };
             let r = run_sim(&cfg)?;
             if args.json {
-                println!("{}", serde_json::to_string(&r)?);
+                say!("{}", serde_json::to_string(&r)?);
             }
             runs.push(r);
             bar.inc(1);
@@ -211,11 +219,13 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     if !args.json {
         let u = unit(args.scheduler);
-        println!(
+        say!(
             "weft sim bmg --sweep: {} trees, {} scheduler, {} init, seed {seed}",
-            args.tree, args.scheduler, args.init
+            args.tree,
+            args.scheduler,
+            args.init
         );
-        println!(
+        say!(
             "{:>9} {:>5} {:>9} {:>9} {:>9} {:>12} {:>9} {:>12} {:>5} {:>8}",
             "nodes",
             "depth",
@@ -229,7 +239,7 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
             "wall s"
         );
         for r in &runs {
-            println!(
+            say!(
                 "{:>9} {:>5} {:>9} {:>9} {:>9} {:>12.3} {:>9} {:>12} {:>5} {:>8.3}",
                 r.nodes,
                 r.depth,

@@ -73,13 +73,20 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
         a.nodes_list.clone()
     };
     if !a.json {
-        println!(
+        say!(
             "weft sim stabilize: radix {}, {:?} tree, fail {}, {:?} network, L = {} µs, Ocp = {} µs, seed {seed}",
             a.tree.radix, a.tree.mode, a.fail, a.net, a.latency_us, a.ocp_us
         );
-        println!(
+        say!(
             "{:>7} {:>3} {:>10} {:>12} {:>7} {:>7} {:>11} {:>10}",
-            "nodes", "H", "Ts µs", "base model", "msgs", "epochs", "views agree", "stabilized"
+            "nodes",
+            "H",
+            "Ts µs",
+            "base model",
+            "msgs",
+            "epochs",
+            "views agree",
+            "stabilized"
         );
     }
     for n in sizes {
@@ -103,9 +110,9 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
         })
         .map_err(anyhow::Error::msg)?;
         if a.json {
-            println!("{}", serde_json::to_string(&r)?);
+            say!("{}", serde_json::to_string(&r)?);
         } else {
-            println!(
+            say!(
                 "{:>7} {:>3} {:>10.1} {:>12.1} {:>7} {:>7} {:>11} {:>10}",
                 r.nodes,
                 r.height,
