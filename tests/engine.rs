@@ -340,3 +340,65 @@ fn a_stopped_node_refuses_new_connections_on_both_backends() {
         );
     }
 }
+
+/// TCP sockets in TIME_WAIT (state 06 in /proc/net/tcp) with a local or remote port in
+/// `ports`, as (local, remote) addresses.
+fn time_wait_on(ports: &HashSet<u16>) -> HashSet<(String, String)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |addr: &str| {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let ours = f.len() > 3
+                && f[3] == "06"
+                && [f[1], f[2]]
+                    .iter()
+                    .any(|a| port(a).is_some_and(|p| ports.contains(&p)));
+            ours.then(|| (f[1].to_string(), f[2].to_string()))
+        })
+        .collect()
+}
+
+/// A finished job resets its connections instead of closing them in order: a benchmark that
+/// starts hundreds of jobs must not fill the port space with TIME_WAIT. (With io_uring's
+/// deferred task work a close with SO_LINGER 0 came too late, after the FINs had crossed.)
+#[test]
+fn a_finished_job_leaves_nothing_in_time_wait_on_both_backends() {
+    use weft::proto::relay::Relay;
+    // Whether the FINs cross before the last close depends on timing: a few jobs each.
+    for backend in BACKENDS.into_iter().flat_map(|b| [b; 4]) {
+        let n = 8;
+        let c = Cluster::start(n, opts_for(backend), |i, _| {
+            Relay::new(i as u64, n as u64, 2, 3)
+        })
+        .unwrap();
+        let ports: HashSet<u16> = c.nodes.iter().map(|h| h.addr.port()).collect();
+        let seen = collect(&c.events, 30, |s| {
+            s.iter()
+                .filter(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
+                .count()
+                >= 2
+        });
+        let done = seen
+            .iter()
+            .filter(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
+            .count();
+        assert!(done >= 2, "{backend}: the relay did not finish: {seen:?}");
+        // Other tests of this binary kill nodes (FIN, TIME_WAIT) whose ports can be reused by
+        // these listeners: only entries that appear now count.
+        let before = time_wait_on(&ports);
+        c.stop_all().unwrap();
+        let new: Vec<_> = time_wait_on(&ports).difference(&before).cloned().collect();
+        assert!(
+            new.is_empty(),
+            "{backend}: {} connections of a finished job in TIME_WAIT: {new:?}",
+            new.len()
+        );
+    }
+}
