@@ -463,7 +463,7 @@ where
         for h in 0..self.hosts.len() {
             self.stop_node(h, Ending::Reset);
         }
-        // The sockets are shut down; wait for the ring to let go of every buffer it was given
+        // The sockets are reset; wait for the ring to let go of every buffer it was given
         // (the send table and the provided buffers are freed after this).
         if let Some(u) = self.uring.as_mut() {
             u.cancel_all(Duration::from_secs(1));
@@ -701,14 +701,9 @@ where
             let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
                 return Ok(());
             };
-            let pending = if error {
-                match conn.stream.take_error() {
-                    Ok(e) => e,
-                    Err(e) => Some(e),
-                }
-            } else {
-                None
-            };
+            let pending = error
+                .then(|| conn.stream.take_error().unwrap_or_else(Some))
+                .flatten();
             let failed = match pending {
                 Some(e) => Some(e.to_string()),
                 None => conn.flush().err().map(|e| e.to_string()),

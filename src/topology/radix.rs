@@ -60,7 +60,7 @@ impl RadixTree {
     }
 
     /// The children of `r` that exist in a view of `n` positions, in order.
-    pub fn children(&self, r: Rank) -> impl Iterator<Item = Rank> {
+    pub fn children(&self, r: Rank) -> impl DoubleEndedIterator<Item = Rank> {
         let first = ((r.0 as u64) << self.log2a) + 1;
         let end = (first + self.radix() as u64).min(self.n as u64);
         (first..end.max(first)).map(|c| Rank(c as u32))
@@ -130,8 +130,7 @@ impl RadixTree {
             part[r.0 as usize] = (visited * parts / n as u64) as u32;
             visited += 1;
             // Pushed last first, so the first child is visited next.
-            let kids: Vec<Rank> = self.children(r).collect();
-            stack.extend(kids.into_iter().rev());
+            stack.extend(self.children(r).rev());
         }
         part
     }

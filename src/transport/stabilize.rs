@@ -185,6 +185,16 @@ fn next_event(
     }
 }
 
+/// The next event, or the phase's timeout error with what `why` says was seen so far.
+fn next_or_timeout(
+    events: &Receiver<(NodeId, NodeEvent)>,
+    deadline: Instant,
+    cfg: &BenchConfig,
+    why: impl FnOnce() -> String,
+) -> Result<(NodeId, NodeEvent), BenchError> {
+    next_event(events, deadline).ok_or_else(|| BenchError::Timeout(cfg.timeout, why()))
+}
+
 /// How long a job of `n` nodes needs after its connections are up for the start-up traffic to
 /// drain: a few messages per node at well under 50 µs each, with margin.
 fn settle(n: u32) -> Duration {
@@ -354,15 +364,12 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let mut last_view: HashMap<NodeId, (u64, Arc<[NodeId]>)> = HashMap::new();
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
-        let Some((who, e)) = next_event(events, deadline) else {
-            return Err(BenchError::Timeout(
-                cfg.timeout,
-                format!(
-                    "the join did not stabilize: admitted {admitted:?}; {}",
-                    views_seen(&last_view, &ids, &everyone)
-                ),
-            ));
-        };
+        let (who, e) = next_or_timeout(events, deadline, cfg, || {
+            format!(
+                "the join did not stabilize: admitted {admitted:?}; {}",
+                views_seen(&last_view, &ids, &everyone)
+            )
+        })?;
         let NodeEvent::Protocol(Event::Member(e)) = e else {
             continue;
         };
@@ -450,16 +457,13 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
     let mut last_view: HashMap<NodeId, (u64, Arc<[NodeId]>)> = HashMap::new();
     let deadline = Instant::now() + cfg.timeout;
     let (stable_epoch, stable_at) = loop {
-        let Some((who, e)) = next_event(events, deadline) else {
-            return Err(BenchError::Timeout(
-                cfg.timeout,
-                format!(
-                    "no stabilization after killing {victims:?}: detected {detected:?}; {}; \
-                     refused: {refused:?}",
-                    views_seen(&last_view, &survivors, &survivors)
-                ),
-            ));
-        };
+        let (who, e) = next_or_timeout(events, deadline, cfg, || {
+            format!(
+                "no stabilization after killing {victims:?}: detected {detected:?}; {}; \
+                 refused: {refused:?}",
+                views_seen(&last_view, &survivors, &survivors)
+            )
+        })?;
         let e = match e {
             NodeEvent::Protocol(Event::Member(e)) => e,
             other => {
