@@ -25,7 +25,7 @@ fn weft_rtts(backend: Backend, size: usize, iters: u64) -> Duration {
         backend: Some(backend),
         ..NodeOptions::default()
     };
-    let c = Cluster::start(2, opts, |i, ids| {
+    let c = Cluster::start(2, opts, move |i, ids| {
         if i == 0 {
             // 20 untimed round trips first: connection setup is not a round trip.
             PingPong::pinger(ids[1], vec![size], iters, 20)

@@ -73,9 +73,10 @@ fn ping_pong_over_loopback_all_sizes_on(backend: Backend) {
 
 fn ping_pong_over_loopback_all_sizes_with(opts: NodeOptions) {
     let sizes = vec![8, 4096, 100_000, 1 << 20];
-    let c = Cluster::start(2, opts, |i, ids| {
+    let plan = sizes.clone();
+    let c = Cluster::start(2, opts, move |i, ids| {
         if i == 0 {
-            PingPong::pinger(ids[1], sizes.clone(), 50, 5).verifying()
+            PingPong::pinger(ids[1], plan.clone(), 50, 5).verifying()
         } else {
             PingPong::ponger()
         }
@@ -118,12 +119,17 @@ fn overlay_builds_the_bmg_on_real_sockets_on(backend: Backend) {
         period: Duration::from_millis(2),
         refresh: Some(Duration::from_millis(100)),
     };
-    let c = Cluster::start(n, opts_for(backend), |i, _| {
+    let launch = tree.clone();
+    let c = Cluster::start(n, opts_for(backend), move |i, _| {
         let p = i as u32;
         let ring = Ring::new(
             NodeId(i as u64),
-            tree.parent(p).map(|q| NodeId(q as u64)),
-            tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
+            launch.parent(p).map(|q| NodeId(q as u64)),
+            launch
+                .children(p)
+                .iter()
+                .map(|&c| NodeId(c as u64))
+                .collect(),
         );
         Overlay::new(ring, n as u32, spont)
     })
@@ -175,7 +181,7 @@ fn a_stopped_peer_is_reported_not_hung_on() {
 }
 
 fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
-    let mut c = Cluster::start(2, opts_for(backend), |i, ids| {
+    let mut c = Cluster::start(2, opts_for(backend), move |i, ids| {
         if i == 0 {
             PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
         } else {
@@ -216,7 +222,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         max_body: 1 << 20,
         ..opts_for(backend)
     };
-    let mut c = Cluster::start(2, o, |_, _| PingPong::ponger()).unwrap();
+    let mut c = Cluster::start(2, o, move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
     let refused = |seen: &[(NodeId, NodeEvent)]| {
         seen.iter()
@@ -328,7 +334,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
 #[test]
 fn a_stopped_node_refuses_new_connections_on_both_backends() {
     for backend in BACKENDS {
-        let mut c = Cluster::start(2, opts_for(backend), |_, _| PingPong::ponger()).unwrap();
+        let mut c = Cluster::start(2, opts_for(backend), move |_, _| PingPong::ponger()).unwrap();
         let addr = c.nodes[1].addr;
         // While it runs, it accepts (on io_uring through the ring's multishot accept).
         assert!(TcpStream::connect(addr).is_ok(), "{backend}: not accepting");
@@ -374,7 +380,7 @@ fn a_finished_job_leaves_nothing_in_time_wait_on_both_backends() {
     // Whether the FINs cross before the last close depends on timing: a few jobs each.
     for backend in BACKENDS.into_iter().flat_map(|b| [b; 4]) {
         let n = 8;
-        let c = Cluster::start(n, opts_for(backend), |i, _| {
+        let c = Cluster::start(n, opts_for(backend), move |i, _| {
             Relay::new(i as u64, n as u64, 2, 3)
         })
         .unwrap();
@@ -400,5 +406,32 @@ fn a_finished_job_leaves_nothing_in_time_wait_on_both_backends() {
             "{backend}: {} connections of a finished job in TIME_WAIT: {new:?}",
             new.len()
         );
+    }
+}
+
+#[test]
+fn each_protocol_is_built_on_the_reactor_thread_that_runs_it() {
+    // A node's state must come from its reactor's allocator arena: freed on another
+    // thread's arena, every new view costs the reactor fresh pages.
+    for backend in BACKENDS {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = Cluster::start(4, opts_for(backend), move |i, _| {
+            let name = std::thread::current().name().map(str::to_owned);
+            tx.send((i, name)).unwrap();
+            PingPong::ponger()
+        })
+        .unwrap();
+        let mut built: Vec<(usize, Option<String>)> = (0..4)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        built.sort();
+        assert_eq!(built.len(), 4, "{backend:?}: {built:?}");
+        assert!(
+            built
+                .iter()
+                .all(|(_, t)| t.as_deref().is_some_and(|t| t.starts_with("weft-r"))),
+            "{backend:?}: built on {built:?}"
+        );
+        c.shutdown().unwrap();
     }
 }

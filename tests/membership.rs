@@ -150,7 +150,7 @@ fn a_new_node_joins_over_real_sockets() {
     for backend in [Backend::Poll, Backend::Uring] {
         let n = 12;
         let opts = config(n, Fail::Leaf, TreeMode::Patch, backend).opts;
-        let c = Cluster::start(n as usize + 1, opts, |i, ids| {
+        let c = Cluster::start(n as usize + 1, opts, move |i, ids| {
             let members = ids[..n as usize].to_vec();
             if i < n as usize {
                 Membership::new(ids[i], members, member_cfg())
@@ -185,7 +185,7 @@ fn a_killed_node_recovers_with_its_old_id() {
             ..config(n, Fail::Leaf, TreeMode::Patch, backend).opts
         };
         let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
-        let mut c = Cluster::start(n as usize, opts.clone(), |i, ids| {
+        let mut c = Cluster::start(n as usize, opts.clone(), move |i, ids| {
             Membership::new(ids[i], ids.to_vec(), member_cfg())
         })
         .unwrap();

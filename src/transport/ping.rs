@@ -76,7 +76,7 @@ pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<Ping
     };
     let warmup = (iters / 10).clamp(10, 1000);
     let plan = sizes.to_vec();
-    let cluster = Cluster::start(2, opts, |i, ids| {
+    let cluster = Cluster::start(2, opts, move |i, ids| {
         if i == 0 {
             PingPong::pinger(ids[1], plan.clone(), iters, warmup)
         } else {

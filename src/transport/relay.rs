@@ -49,7 +49,7 @@ pub fn per_message_cost(
         .unwrap_or_else(crate::engine::online_cpus)
         .clamp(1, nodes as usize) as u32;
     let n = nodes as u64;
-    let cluster = Cluster::start(nodes as usize, opts, |i, _| {
+    let cluster = Cluster::start(nodes as usize, opts, move |i, _| {
         Relay::new(i as u64, n, tokens as u64, laps)
     })?;
     let mut done = 0;

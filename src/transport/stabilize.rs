@@ -329,7 +329,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         ..cfg.job_opts()?
     };
     let member = member_config(cfg.radix, cfg.mode, cfg.batch);
-    let cluster = Cluster::start(n as usize, opts.clone(), |i, ids| {
+    let cluster = Cluster::start(n as usize, opts.clone(), move |i, ids| {
         Membership::new(ids[i], ids.to_vec(), member)
     })?;
     let (events, epoch) = (&cluster.events, cluster.epoch);
@@ -430,12 +430,9 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         mut missing,
     } = plan(cfg, rep)?;
     let n = cfg.nodes;
-    let mut cluster = Cluster::start(n as usize, cfg.job_opts()?, |i, ids| {
-        Membership::new(
-            ids[i],
-            ids.to_vec(),
-            member_config(cfg.radix, cfg.mode, cfg.batch),
-        )
+    let member = member_config(cfg.radix, cfg.mode, cfg.batch);
+    let mut cluster = Cluster::start(n as usize, cfg.job_opts()?, move |i, ids| {
+        Membership::new(ids[i], ids.to_vec(), member)
     })?;
     let (events, epoch) = (&cluster.events, cluster.epoch);
     let mut refused = connected(events, &mut missing, cfg)?;
