@@ -296,7 +296,11 @@ where
                         "{count} receive buffers of {size} bytes: need a power of two of non-empty buffers"
                     )));
                 }
-                let u = Uring::new(256, count, size)?;
+                let mut u = Uring::new(256, count, size)?;
+                // A multishot receive that runs on into a large frame copies it through the
+                // provided buffers; ending it after DIRECT_MIN bytes lets the rest of the
+                // frame go straight into its buffer (see `arm_receive`).
+                u.set_recv_limit(Some(DIRECT_MIN as u32));
                 poll.registry().register(
                     &mut mio::unix::SourceFd(&u.fd()),
                     RING,
@@ -925,6 +929,7 @@ where
         let mut direct: Vec<(u64, usize, u32, i32)> = Vec::new();
         let mut cancel: Vec<u64> = Vec::new();
         let conns = &mut self.conns;
+        let (limited, mut unlimit) = (u.recv_limit().is_some(), false);
         u.drain(|c| {
             let low = c.user_data & ((1 << OP_SHIFT) - 1);
             let (slot, generation) = ((low & 0xffff_ffff) as usize, (low >> 32) as u32);
@@ -954,6 +959,11 @@ where
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => rearm.push((slot, generation)),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && limited => {
+                    // A kernel without multishot receive limits (before 6.16): arm without.
+                    unlimit = true;
+                    rearm.push((slot, generation))
+                }
                 Err(e) if conn.ending && e.raw_os_error() == Some(libc::ECANCELED) => {
                     rearm.push((slot, generation))
                 }
@@ -967,6 +977,9 @@ where
             || !connected.is_empty()
             || !direct.is_empty();
         if let Some(u) = self.uring.as_mut() {
+            if unlimit {
+                u.set_recv_limit(None);
+            }
             for target in cancel {
                 u.cancel(target, OP_CANCEL << OP_SHIFT)?;
             }

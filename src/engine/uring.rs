@@ -34,6 +34,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 /// Buffer group id of the one provided-buffer ring.
 const BGID: u16 = 0;
+/// Offset of `optlen` in the kernel's 64-byte `io_uring_sqe` (see [`Uring::arm`]).
+const SQE_OPTLEN: usize = 44;
+const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
 
 /// The `user_data` of the cancellation [`Uring::cancel_all`] submits.
 const CANCEL_ALL: u64 = u64::MAX;
@@ -58,6 +61,9 @@ pub struct Uring {
     wake: OwnedFd,
     /// Whether the kernel signals `wake` (see [`Uring::set_wakeups`]).
     wakeups: bool,
+    /// Bytes after which a multishot receive ends by itself (Linux 6.16 and later; `None`
+    /// once the kernel has refused the limit). See [`Uring::arm`].
+    recv_limit: Option<u32>,
 }
 
 /// One completion of a multishot receive.
@@ -115,6 +121,7 @@ impl Uring {
             outstanding: 0,
             wake,
             wakeups: true,
+            recv_limit: None,
         };
         // SAFETY: `ring_mem` is page aligned, holds `entries` descriptors, and lives (with
         // `bufs`) until `Drop` unregisters it.
@@ -286,11 +293,36 @@ impl Uring {
         }
     }
 
-    /// Arm a multishot receive on `fd`, reported with `user_data`.
+    /// End every multishot receive after `bytes` (`None`: never). The reactor uses it to
+    /// bound what a receive copies through the provided buffers before it sees that a large
+    /// frame is under way and receives the rest straight into the frame's buffer.
+    pub fn set_recv_limit(&mut self, bytes: Option<u32>) {
+        self.recv_limit = bytes;
+    }
+
+    /// Whether multishot receives are armed with a limit (see [`Uring::set_recv_limit`]).
+    pub fn recv_limit(&self) -> Option<u32> {
+        self.recv_limit
+    }
+
+    /// Arm a multishot receive on `fd`, reported with `user_data`. With a receive limit it ends
+    /// (its last completion without `more`) once that many bytes came; a kernel older than
+    /// 6.16 refuses it with `EINVAL`, and the caller then drops the limit and arms again.
     pub fn arm(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
-        let sqe = opcode::RecvMulti::new(types::Fd(fd), BGID)
+        let mut sqe = opcode::RecvMulti::new(types::Fd(fd), BGID)
             .build()
             .user_data(user_data);
+        if let Some(limit) = self.recv_limit {
+            // The io-uring crate has no setter for a multishot receive's total limit, which
+            // the kernel reads from the SQE's `optlen` (bytes 44..48 of the 64-byte SQE).
+            // SAFETY: `Entry` is `repr(C)` around the kernel's `io_uring_sqe`, whose layout
+            // is the kernel ABI; the write stays inside the entry and is aligned for a u32
+            // (the entry is 8-aligned and 44 is a multiple of 4).
+            unsafe {
+                let raw = (&mut sqe as *mut squeue::Entry).cast::<u8>();
+                raw.add(SQE_OPTLEN).cast::<u32>().write(limit);
+            }
+        }
         // SAFETY: the buffers the kernel may write into are the registered ring's, alive as long
         // as `self`; `fd` stays open until the connection is closed, and a closed connection's
         // late completions are recognized by their `user_data` and only give buffers back.
@@ -484,5 +516,53 @@ mod tests {
         b.write_all(b"two").unwrap();
         assert!(readable(u.fd(), 1000), "no signal while wakeups were on");
         assert_eq!(received(&mut u), b"two");
+    }
+
+    /// `SQE_OPTLEN` is where the io-uring crate itself puts `optlen` (for a setsockopt).
+    #[test]
+    fn the_receive_limit_is_written_where_the_kernel_reads_optlen() {
+        let sqe =
+            opcode::SetSockOpt::new(types::Fd(3), 1, 2, std::ptr::null(), 0xa5a5_5a5a).build();
+        // SAFETY: `Entry` is a 64-byte `repr(C)` struct (asserted above); reading its bytes is
+        // reading initialized plain data.
+        let bytes: [u8; 64] = unsafe { std::mem::transmute(sqe) };
+        let at = u32::from_ne_bytes(bytes[SQE_OPTLEN..SQE_OPTLEN + 4].try_into().unwrap());
+        assert_eq!(at, 0xa5a5_5a5a);
+    }
+
+    /// A limited multishot receive ends by itself once the limit is reached (Linux 6.16+;
+    /// an older kernel refuses the limit with EINVAL, which the reactor handles).
+    #[test]
+    fn a_limited_multishot_receive_ends_after_the_limit() {
+        let Ok(mut u) = Uring::new(8, 16, 1024) else {
+            eprintln!("io_uring unavailable here: skipped");
+            return;
+        };
+        let (a, mut b) = UnixStream::pair().unwrap();
+        u.set_recv_limit(Some(3000));
+        u.arm(a.as_raw_fd(), 7).unwrap();
+        u.submit_pending().unwrap();
+        b.write_all(&[1u8; 8000]).unwrap();
+        let (mut got, mut ended, mut refused) = (0, false, false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !ended && std::time::Instant::now() < deadline {
+            u.poke().unwrap();
+            u.drain(|c| match c.result {
+                Ok(b) => {
+                    got += b.len();
+                    ended |= !c.more;
+                }
+                Err(e) => {
+                    refused = e.raw_os_error() == Some(libc::EINVAL);
+                    ended = true;
+                }
+            });
+        }
+        if refused {
+            eprintln!("this kernel has no multishot receive limit: skipped");
+            return;
+        }
+        assert!(ended, "the receive did not end ({got} bytes)");
+        assert!((3000..8000).contains(&got), "ended after {got} bytes");
     }
 }
