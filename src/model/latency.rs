@@ -7,8 +7,10 @@
 //! - Contention (section 7.2): the paper replaces `L` by a latency measured under the load of
 //!   N communicating nodes, which grows linearly with N. Here the shared resource is the CPU
 //!   (all nodes of a run share the machine's cores), so the load term is the CPU of the
-//!   stabilization's `M` messages spread over the cores: `Ts = base + M·c/cores`, with `c` the
-//!   per-message cost measured under load.
+//!   stabilization spread over the cores: its `M` messages at `c` each (the per-message cost
+//!   measured under load) and the local recalculation of every one of the `P` processes that
+//!   install the new view (`Ocp` each; on BG/L each had its own CPU, here they queue):
+//!   `Ts = base + (M·c + P·Ocp)/cores`.
 
 use crate::topology::radix::RadixTree;
 use crate::topology::torus::Torus;
@@ -39,9 +41,24 @@ pub fn distance(l_us: f64, ocp_us: f64, n: u32, a: u32, torus: Torus) -> f64 {
     2.0 * l_us * worst.iter().map(|&w| w as f64).sum::<f64>() + ocp_us * h as f64
 }
 
-/// The contention model: the base model plus `messages·c/cores`, µs.
-pub fn contention(base_us: f64, messages: u64, c_us: f64, cores: u32) -> f64 {
-    base_us + messages as f64 * c_us / cores.max(1) as f64
+/// The CPU a stabilization spreads over the cores: `messages` at `c` each and `processes`
+/// recalculations at `Ocp` each, µs.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Messages of the stabilization (M).
+    pub messages: u64,
+    /// CPU per message under load (c), µs.
+    pub c_us: f64,
+    /// Processes that install the new view (P).
+    pub processes: u32,
+    /// Local recalculation per process (Ocp), µs.
+    pub ocp_us: f64,
+}
+
+/// The contention model: the base model plus `(M·c + P·Ocp)/cores`, µs.
+pub fn contention(base_us: f64, load: Load, cores: u32) -> f64 {
+    let cpu = load.messages as f64 * load.c_us + load.processes as f64 * load.ocp_us;
+    base_us + cpu / cores.max(1) as f64
 }
 
 /// `|predicted − measured| / measured`.
@@ -74,8 +91,19 @@ mod tests {
     }
 
     #[test]
-    fn contention_adds_the_cpu_of_the_messages() {
-        assert_eq!(contention(100.0, 126, 8.0, 2), 100.0 + 504.0);
+    fn contention_adds_the_cpu_of_the_messages_and_the_recalculations() {
+        let load = Load {
+            messages: 126,
+            c_us: 8.0,
+            processes: 63,
+            ocp_us: 2.0,
+        };
+        assert_eq!(contention(100.0, load, 2), 100.0 + (1008.0 + 126.0) / 2.0);
+        let alone = Load {
+            processes: 0,
+            ..load
+        };
+        assert_eq!(contention(100.0, alone, 1), 100.0 + 1008.0);
         assert!((relative_error(110.0, 100.0) - 0.1).abs() < 1e-12);
     }
 }

@@ -163,7 +163,13 @@ pub fn validate(cfg: &BenchConfig, repeat: u32) -> Result<ValidateRow, BenchErro
     let h = report.height;
     let base = latency::base(l, ocp, h);
     let distance = latency::distance(l, ocp, cfg.nodes, cfg.radix, Torus::MIDPLANE);
-    let contention = latency::contention(base, messages.round() as u64, c, cores);
+    let load = latency::Load {
+        messages: messages.round() as u64,
+        c_us: c,
+        processes: cfg.nodes.saturating_sub(cfg.fail.killed() as u32),
+        ocp_us: ocp,
+    };
+    let contention = latency::contention(base, load, cores);
     let m = report.ts_mean_us;
     Ok(ValidateRow {
         nodes: cfg.nodes,

@@ -28,6 +28,17 @@ pub enum Fail {
     RootPlus(usize),
 }
 
+impl Fail {
+    /// How many processes this failure kills.
+    pub fn killed(self) -> usize {
+        match self {
+            Fail::Leaf | Fail::Inner | Fail::Root => 1,
+            Fail::Multi(k) => k,
+            Fail::RootPlus(k) => k + 1,
+        }
+    }
+}
+
 impl FromStr for Fail {
     type Err = String;
     fn from_str(s: &str) -> Result<Fail, String> {
