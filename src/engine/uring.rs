@@ -492,17 +492,31 @@ mod tests {
         got
     }
 
+    /// A ring with `entries` buffers of `size`, a multishot receive (with `limit`) armed on one
+    /// end of a socket pair, and the other end to write to; `None` without io_uring.
+    fn armed(
+        entries: u16,
+        size: u32,
+        limit: Option<u32>,
+    ) -> Option<(Uring, UnixStream, UnixStream)> {
+        let Ok(mut u) = Uring::new(8, entries, size) else {
+            eprintln!("io_uring unavailable here: skipped");
+            return None;
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        u.set_recv_limit(limit);
+        u.arm(a.as_raw_fd(), 7).unwrap();
+        u.submit_pending().unwrap();
+        Some((u, a, b))
+    }
+
     /// A spinning reactor turns the ring's signal off and still sees arrivals through
     /// `has_work`; a reactor about to block turns it on and is woken by the next arrival.
     #[test]
     fn the_eventfd_signals_arrivals_only_while_wakeups_are_on() {
-        let Ok(mut u) = Uring::new(8, 4, 4096) else {
-            eprintln!("io_uring unavailable here: skipped");
+        let Some((mut u, _a, mut b)) = armed(4, 4096, None) else {
             return;
         };
-        let (a, mut b) = UnixStream::pair().unwrap();
-        u.arm(a.as_raw_fd(), 7).unwrap();
-        u.submit_pending().unwrap();
 
         u.set_wakeups(false);
         assert!(!u.has_work());
@@ -534,14 +548,9 @@ mod tests {
     /// an older kernel refuses the limit with EINVAL, which the reactor handles).
     #[test]
     fn a_limited_multishot_receive_ends_after_the_limit() {
-        let Ok(mut u) = Uring::new(8, 16, 1024) else {
-            eprintln!("io_uring unavailable here: skipped");
+        let Some((mut u, _a, mut b)) = armed(16, 1024, Some(3000)) else {
             return;
         };
-        let (a, mut b) = UnixStream::pair().unwrap();
-        u.set_recv_limit(Some(3000));
-        u.arm(a.as_raw_fd(), 7).unwrap();
-        u.submit_pending().unwrap();
         b.write_all(&[1u8; 8000]).unwrap();
         let (mut got, mut ended, mut refused) = (0, false, false);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
