@@ -91,8 +91,9 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         } else {
             say!("Ts = first detection of the failure -> the root has every ack of the new view");
         }
+        say!("steal = CPU time the hypervisor took from this machine during the run");
         say!(
-            "{:>6} {:>3} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>6}",
+            "{:>6} {:>3} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>7} {:>6}",
             "nodes",
             "H",
             "backend",
@@ -103,6 +104,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             "max µs",
             "mean ± 99% CI",
             "detect µs",
+            "steal %",
             "agree"
         );
     }
@@ -138,7 +140,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10.1} {:>6}",
+                "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10.1} {:>7} {:>6}",
                 r.nodes,
                 r.height,
                 r.backend,
@@ -150,6 +152,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 r.ts_mean_us,
                 r.ci99_us,
                 r.detect_p50_us,
+                r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}")),
                 r.views_agree
             );
         }

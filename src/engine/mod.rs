@@ -158,6 +158,28 @@ pub fn process_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// CPU time the hypervisor gave to others while this machine's CPUs wanted to run (the
+/// `steal` column of `/proc/stat`, all CPUs together), since boot; `None` where the kernel
+/// does not say. On a shared VM a stolen vCPU stalls whatever runs on it for milliseconds,
+/// which shows as latency outliers no code path explains: benchmarks report it beside their
+/// figures.
+pub fn host_steal() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    steal_in(&stat, u64::try_from(hz).ok().filter(|&h| h > 0)?)
+}
+
+/// The steal time of a `/proc/stat` text whose clock ticks `hz` times a second.
+fn steal_in(stat: &str, hz: u64) -> Option<Duration> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // cpu user nice system idle iowait irq softirq steal ...
+    let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    Some(Duration::from_nanos(
+        ticks.saturating_mul(1_000_000_000 / hz),
+    ))
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock `Instant` reads, comparable between the
 /// processes of one host (so node processes can timestamp events a launcher compares).
 pub fn monotonic_ns() -> u64 {
@@ -170,4 +192,30 @@ pub fn monotonic_ns() -> u64 {
         return 0;
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_number_of_the_cpu_line() {
+        let stat = "cpu  3743567 0 566599 2766280 7884 0 75890 119476 0 0\n\
+                    cpu0 1916300 0 295742 1327393 4738 0 37284 58263 0 0\n";
+        assert_eq!(steal_in(stat, 100), Some(Duration::from_millis(1_194_760)));
+        assert_eq!(
+            steal_in("cpu0 1 2 3 4 5 6 7 8\n", 100),
+            None,
+            "no total line"
+        );
+        assert_eq!(
+            steal_in("cpu  1 2 3 4\n", 100),
+            None,
+            "a kernel without steal"
+        );
+        assert!(
+            host_steal().is_some(),
+            "Linux has /proc/stat with a steal column"
+        );
+    }
 }

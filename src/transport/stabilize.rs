@@ -547,6 +547,10 @@ pub struct BenchReport {
     /// (meaningful with blocking reactors, since spinning ones burn CPU while idle; 0 with one
     /// process per node, whose CPU this process cannot read).
     pub cpu_mean_us: f64,
+    /// CPU time the hypervisor took from this machine during the run, as a share of all its
+    /// CPUs' time, % (`None` where the kernel does not report it). A few % already put
+    /// millisecond stalls into the tail.
+    pub steal_pct: Option<f64>,
     /// Most epochs any trial needed.
     pub epochs_max: u64,
     /// Every trial ended with all survivors on the same view, exactly the survivors.
@@ -572,6 +576,7 @@ pub fn run(
     let mut samples = Vec::with_capacity(repeat as usize);
     let (mut epochs_max, mut views_agree) = (0, true);
     let mut cpu = Duration::ZERO;
+    let (steal_before, started) = (crate::engine::host_steal(), Instant::now());
     for rep in 0..repeat {
         let t = match (&cfg.procs, cfg.join) {
             (Some(_), true) => {
@@ -593,6 +598,11 @@ pub fn run(
         cpu += t.cpu;
         each(rep, &t);
     }
+    let cpus_time = started.elapsed().as_secs_f64() * crate::engine::online_cpus() as f64;
+    let steal_pct = match (steal_before, crate::engine::host_steal()) {
+        (Some(a), Some(b)) => Some(100.0 * b.saturating_sub(a).as_secs_f64() / cpus_time),
+        _ => None,
+    };
     let s = crate::metrics::summarize(&ts);
     let ids: Vec<NodeId> = (0..cfg.nodes as u64).map(NodeId).collect();
     Ok(BenchReport {
@@ -617,6 +627,7 @@ pub fn run(
         ci99_us: crate::model::ci::mean_ci99(&samples).map_or(0.0, |(_, h)| h),
         detect_p50_us: crate::metrics::summarize(&detect).p50_us,
         cpu_mean_us: cpu.as_secs_f64() * 1e6 / repeat as f64,
+        steal_pct,
         epochs_max,
         views_agree,
         seed: cfg.seed,
