@@ -185,6 +185,9 @@ fn bench_stabilize_json_has_the_documented_fields() {
     assert_eq!(v["repeat"], 3);
     assert_eq!(v["views_agree"], true);
     assert!(v["ts_p50_us"].as_f64().unwrap() > 0.0);
+    // Linux reports steal time (0 on bare metal): a share of the CPUs' time.
+    let steal = v["steal_pct"].as_f64().expect("steal_pct is a number here");
+    assert!((0.0..=100.0).contains(&steal), "steal {steal}%");
 }
 
 #[test]
