@@ -48,9 +48,12 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             a.repeat
         );
         say!("L = engine one-way latency (32 B ping), Ocp = local recalculation, c = CPU per message under load (relay ring),");
-        say!("M = messages (simulator), c stab = CPU the stabilization used / M (block mode only)");
         say!(
-            "{:>6} {:>2} {:>17} {:>7} {:>7} {:>6} {:>6} {:>7} {:>14} {:>14} {:>16}",
+            "M = messages (simulator), c stab = CPU the stabilization used / M (block mode only),"
+        );
+        say!("steal = CPU time the hypervisor took from this machine during the sweep point");
+        say!(
+            "{:>6} {:>2} {:>17} {:>7} {:>7} {:>6} {:>6} {:>7} {:>14} {:>14} {:>16} {:>7}",
             "nodes",
             "H",
             "Ts mean ± 99% CI",
@@ -61,7 +64,8 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             "c stab",
             "base (err)",
             "distance (err)",
-            "contention (err)"
+            "contention (err)",
+            "steal %"
         );
     }
     let mut rows: Vec<ValidateRow> = Vec::new();
@@ -86,7 +90,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             let pct = |e: f64| format!("{:.0}%", e * 100.0);
             bar.suspend(|| {
                 say!(
-                    "{:>6} {:>2} {:>9.1} ± {:<5.1} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7.2} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6}",
+                    "{:>6} {:>2} {:>9.1} ± {:<5.1} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7.2} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6} {:>7}",
                     r.nodes,
                     r.height,
                     r.ts_mean_us,
@@ -101,7 +105,8 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
                     r.distance_us,
                     pct(r.distance_err),
                     r.contention_us,
-                    pct(r.contention_err)
+                    pct(r.contention_err),
+                    r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}"))
                 )
             });
         }

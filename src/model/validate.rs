@@ -67,6 +67,8 @@ pub struct ValidateRow {
     pub distance_err: f64,
     /// |contention − mean| / mean.
     pub contention_err: f64,
+    /// CPU time the hypervisor took during the sweep point, % of all CPUs' time.
+    pub steal_pct: Option<f64>,
     /// Every trial's survivors agreed on one view.
     pub views_agree: bool,
 }
@@ -194,6 +196,7 @@ pub fn validate(cfg: &BenchConfig, repeat: u32) -> Result<ValidateRow, BenchErro
         base_err: latency::relative_error(base, m),
         distance_err: latency::relative_error(distance, m),
         contention_err: latency::relative_error(contention, m),
+        steal_pct: report.steal_pct,
         views_agree: report.views_agree,
     })
 }
