@@ -280,3 +280,53 @@ fn a_closed_stdout_pipe_ends_the_run_quietly() {
     assert!(out.status.success(), "status {:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
+    let out = succeed(&[
+        "ping",
+        "--sizes",
+        "32,4096",
+        "--iters",
+        "200",
+        "--backend",
+        "poll",
+        "--wait",
+        "block",
+        "--compare",
+        "--json",
+    ]);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let who: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| (r["backend"].as_str().unwrap(), r["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        who,
+        [
+            ("poll", 32),
+            ("poll", 4096),
+            ("std-busy", 32),
+            ("std-busy", 4096)
+        ]
+    );
+    for r in &rows {
+        for field in [
+            "wait",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "mb_per_s",
+            "iters",
+            "steal_pct",
+        ] {
+            assert!(r.get(field).is_some(), "missing {field} in {r}");
+        }
+        assert_eq!(r["iters"], 200);
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0);
+        assert!(r["p50_us"].as_f64() <= r["p99_us"].as_f64(), "{r}");
+    }
+}

@@ -65,8 +65,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     say!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2");
+    say!("steal = CPU time the hypervisor took from this machine during that backend's run");
     say!(
-        "{:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8}",
+        "{:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
         "size",
         "backend",
         "wait",
@@ -74,11 +75,12 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         "p99 µs",
         "p99.9 µs",
         "MB/s",
-        "iters"
+        "iters",
+        "steal %"
     );
     let show = |r: &PingRow| {
         say!(
-            "{:>8} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8}",
+            "{:>8} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8} {:>7}",
             r.size,
             r.backend,
             r.wait,
@@ -86,7 +88,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
             r.p99_us,
             r.p999_us,
             r.mb_per_s,
-            r.iters
+            r.iters,
+            r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}"))
         )
     };
     ours.iter().for_each(show);

@@ -170,6 +170,31 @@ pub fn host_steal() -> Option<Duration> {
     steal_in(&stat, u64::try_from(hz).ok().filter(|&h| h > 0)?)
 }
 
+/// Measures the share of the CPUs' time the hypervisor stole between its start and a reading.
+#[derive(Clone, Copy, Debug)]
+pub struct StealMeter {
+    before: Option<Duration>,
+    started: std::time::Instant,
+}
+
+impl StealMeter {
+    /// Start measuring now.
+    pub fn start() -> Self {
+        StealMeter {
+            before: host_steal(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Stolen CPU time since the start, % of all online CPUs' time; `None` without a reading.
+    /// The kernel counts in clock ticks (10 ms), so a run under a second reads 0 or a step.
+    pub fn pct(&self) -> Option<f64> {
+        let stolen = host_steal()?.saturating_sub(self.before?);
+        let cpus_time = self.started.elapsed().as_secs_f64() * online_cpus() as f64;
+        (cpus_time > 0.0).then(|| 100.0 * stolen.as_secs_f64() / cpus_time)
+    }
+}
+
 /// The steal time of a `/proc/stat` text whose clock ticks `hz` times a second.
 fn steal_in(stat: &str, hz: u64) -> Option<Duration> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;

@@ -4,7 +4,7 @@
 
 use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
-use crate::engine::{choose_backend, EngineError};
+use crate::engine::{choose_backend, EngineError, StealMeter};
 use crate::metrics::{histogram, summarize};
 use crate::proto::ping::PingPong;
 use crate::proto::Event;
@@ -33,6 +33,8 @@ pub struct PingRow {
     pub mb_per_s: f64,
     /// Timed round trips.
     pub iters: u64,
+    /// CPU time the hypervisor stole during this backend's run, % of all CPUs' time.
+    pub steal_pct: Option<f64>,
 }
 
 fn rows_from(
@@ -40,7 +42,9 @@ fn rows_from(
     sizes: &[usize],
     backend: &str,
     wait: &str,
+    steal: StealMeter,
 ) -> Vec<PingRow> {
+    let steal_pct = steal.pct();
     sizes
         .iter()
         .filter_map(|&size| {
@@ -59,6 +63,7 @@ fn rows_from(
                 p999_us: s.p999_us,
                 mb_per_s: size as f64 / s.mean_us.max(1e-9),
                 iters: s.count,
+                steal_pct,
             })
         })
         .collect()
@@ -67,6 +72,7 @@ fn rows_from(
 /// Ping-pong between two engine nodes, with `opts`' wait mode, backend and zero-copy
 /// threshold (pinned, one reactor per node's core).
 pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<PingRow>, EngineError> {
+    let steal = StealMeter::start();
     let backend = choose_backend(opts.backend)?;
     let wait = opts.wait;
     let opts = NodeOptions {
@@ -113,6 +119,7 @@ pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<Ping
         sizes,
         &backend.to_string(),
         &wait.to_string(),
+        steal,
     ))
 }
 
@@ -152,8 +159,9 @@ fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
 /// The peer: the same ping-pong over std `TcpStream`s, non-blocking and busy-polled, each end
 /// pinned like the engine's nodes. An 8-byte length prefix frames each message.
 pub fn std_busy_poll(sizes: &[usize], iters: u64) -> std::io::Result<Vec<PingRow>> {
+    let steal = StealMeter::start();
     let rtts = std_busy_poll_rtts(sizes, iters)?;
-    Ok(rows_from(&rtts, sizes, "std-busy", "busy"))
+    Ok(rows_from(&rtts, sizes, "std-busy", "busy", steal))
 }
 
 /// [`std_busy_poll`]'s raw round-trip times in nanoseconds, per size.

@@ -576,7 +576,7 @@ pub fn run(
     let mut samples = Vec::with_capacity(repeat as usize);
     let (mut epochs_max, mut views_agree) = (0, true);
     let mut cpu = Duration::ZERO;
-    let (steal_before, started) = (crate::engine::host_steal(), Instant::now());
+    let steal = crate::engine::StealMeter::start();
     for rep in 0..repeat {
         let t = match (&cfg.procs, cfg.join) {
             (Some(_), true) => {
@@ -598,11 +598,7 @@ pub fn run(
         cpu += t.cpu;
         each(rep, &t);
     }
-    let cpus_time = started.elapsed().as_secs_f64() * crate::engine::online_cpus() as f64;
-    let steal_pct = match (steal_before, crate::engine::host_steal()) {
-        (Some(a), Some(b)) => Some(100.0 * b.saturating_sub(a).as_secs_f64() / cpus_time),
-        _ => None,
-    };
+    let steal_pct = steal.pct();
     let s = crate::metrics::summarize(&ts);
     let ids: Vec<NodeId> = (0..cfg.nodes as u64).map(NodeId).collect();
     Ok(BenchReport {
