@@ -67,6 +67,18 @@ fn ping_pong_with_zero_copy_sends() {
     });
 }
 
+/// Spinning reactors (the poll backend then reads its active connections directly, without
+/// epoll) deliver the same bytes, on both backends.
+#[test]
+fn ping_pong_with_spinning_reactors() {
+    for backend in BACKENDS {
+        ping_pong_over_loopback_all_sizes_with(NodeOptions {
+            wait: WaitMode::Busy,
+            ..opts_for(backend)
+        });
+    }
+}
+
 fn ping_pong_over_loopback_all_sizes_on(backend: Backend) {
     ping_pong_over_loopback_all_sizes_with(opts_for(backend))
 }

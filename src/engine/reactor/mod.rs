@@ -45,6 +45,8 @@ pub const WAKER: Token = Token(0);
 /// blocked reactor wake).
 const RING: Token = Token(1);
 const FIRST_CONN: usize = 2;
+/// Recently active connections a spinning poll reactor reads directly.
+const HOT_MAX: usize = 8;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
 
@@ -160,6 +162,8 @@ pub struct Reactor<P: Protocol> {
     /// Scratch lists of `uring_step`: connections that received bytes, receives to re-arm.
     touched: Vec<(usize, u32)>,
     rearm: Vec<(usize, u32)>,
+    /// Poll backend: the connections that received most recently (see `read_hot`).
+    hot: Vec<(usize, u32)>,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -250,6 +254,7 @@ where
             lent: HashMap::new(),
             touched: Vec::new(),
             rearm: Vec::new(),
+            hot: Vec::new(),
         })
     }
 
@@ -298,7 +303,17 @@ where
             // syscall) and asks epoll (commands) only every 32nd turn; it needs no signal from
             // the ring until it is about to block.
             spins = spins.wrapping_add(1);
-            let ask_epoll = !spinning || self.uring.is_none() || spins.is_multiple_of(32);
+            // A spinning poll reactor reads its recently active connections itself and asks
+            // epoll (other connections, accepts, commands) only after about 32 such reads.
+            let every = match (&self.uring, self.hot.len()) {
+                (Some(_), _) => 32,
+                (None, 0) => 1,
+                (None, hot) => (32 / hot).max(1) as u32,
+            };
+            let ask_epoll = !spinning || spins.is_multiple_of(every);
+            if spinning && self.uring.is_none() && self.read_hot()? {
+                last_activity = Instant::now();
+            }
             if let Some(u) = self.uring.as_mut() {
                 u.set_wakeups(!spinning);
             }
@@ -585,11 +600,11 @@ where
     }
 
     /// Read everything available (epoll path), then process the frames.
-    fn read(&mut self, slot: usize) -> Result<(), String> {
+    fn read(&mut self, slot: usize) -> Result<bool, String> {
         let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
-            return Ok(());
+            return Ok(false);
         };
-        let mut closed = false;
+        let (mut closed, mut got) = (false, false);
         loop {
             use std::os::fd::AsRawFd;
             match conn.decoder.read_from(conn.stream.as_raw_fd()) {
@@ -598,6 +613,7 @@ where
                     break;
                 }
                 Ok((_, drained)) => {
+                    got = true;
                     // A short read drained the socket; more data will raise a new edge, so
                     // the extra read that would only say WouldBlock is skipped.
                     if drained {
@@ -609,11 +625,41 @@ where
                 Err(e) => return Err(e.to_string()),
             }
         }
+        if got {
+            let generation = conn.generation;
+            if !self.hot.contains(&(slot, generation)) {
+                if self.hot.len() == HOT_MAX {
+                    self.hot.remove(0);
+                }
+                self.hot.push((slot, generation));
+            }
+        }
         self.frames(slot)?;
         if closed {
             return Err("closed by peer".into());
         }
-        Ok(())
+        Ok(got)
+    }
+
+    /// Poll backend, spinning: read the connections that received last, directly, as a
+    /// busy-polling loop reads its socket (an `epoll_wait` per turn would add a syscall to
+    /// every message). Whether anything came.
+    fn read_hot(&mut self) -> Result<bool, EngineError> {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.hot.len() {
+            let (slot, generation) = self.hot[i];
+            if self.generation_of(slot) != Some(generation) {
+                self.hot.swap_remove(i);
+                continue;
+            }
+            match self.read(slot) {
+                Ok(got) => any |= got,
+                Err(why) => self.close(slot, why)?,
+            }
+            i += 1;
+        }
+        Ok(any)
     }
 
     /// Turn complete frames into handshake steps or messages.
