@@ -53,6 +53,10 @@ pub fn log_x_svg(
     if x0 > x1 {
         return Err(PlotError::Empty);
     }
+    if x0 >= x1 {
+        // One x (a single job size): an empty log range; widen it an octave each way.
+        (x0, x1) = (x0 / 2.0, x1 * 2.0);
+    }
     let err = |e: &dyn std::fmt::Display| PlotError::Draw {
         path: path.display().to_string(),
         msg: e.to_string(),

@@ -15,6 +15,13 @@ fn succeed(args: &[&str]) -> std::process::Output {
     out
 }
 
+/// `v` has every one of `fields`.
+fn has_fields(v: &serde_json::Value, fields: &[&str]) {
+    for field in fields {
+        assert!(v.get(field).is_some(), "missing {field} in {v}");
+    }
+}
+
 /// The one JSON object a `--json` run printed.
 fn one_json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object")
@@ -26,23 +33,24 @@ fn sim_bmg_json_has_the_documented_fields() {
         "sim", "bmg", "--tree", "binomial", "--depth", "8", "--seed", "7", "--json",
     ]);
     let v = one_json(&out);
-    for field in [
-        "nodes",
-        "tree",
-        "depth",
-        "scheduler",
-        "ring_phases",
-        "bmg_phases",
-        "total_phases",
-        "projected_s",
-        "max_msgs_per_proc",
-        "total_msgs",
-        "converged",
-        "seed",
-        "wall_s",
-    ] {
-        assert!(v.get(field).is_some(), "missing {field}");
-    }
+    has_fields(
+        &v,
+        &[
+            "nodes",
+            "tree",
+            "depth",
+            "scheduler",
+            "ring_phases",
+            "bmg_phases",
+            "total_phases",
+            "projected_s",
+            "max_msgs_per_proc",
+            "total_msgs",
+            "converged",
+            "seed",
+            "wall_s",
+        ],
+    );
     assert_eq!(v["nodes"], 256);
     assert_eq!(v["tree"], "binomial");
     assert_eq!(v["seed"], 7);
@@ -164,20 +172,21 @@ fn bench_stabilize_json_has_the_documented_fields() {
         "--json",
     ]);
     let v = one_json(&out);
-    for field in [
-        "nodes",
-        "radix",
-        "fail",
-        "backend",
-        "repeat",
-        "ts_p50_us",
-        "ts_p99_us",
-        "ts_mean_us",
-        "ci99_us",
-        "views_agree",
-    ] {
-        assert!(v.get(field).is_some(), "missing {field}");
-    }
+    has_fields(
+        &v,
+        &[
+            "nodes",
+            "radix",
+            "fail",
+            "backend",
+            "repeat",
+            "ts_p50_us",
+            "ts_p99_us",
+            "ts_mean_us",
+            "ci99_us",
+            "views_agree",
+        ],
+    );
     assert_eq!(v["nodes"], 16);
     assert_eq!(v["radix"], 4);
     assert_eq!(v["fail"], "inner");
@@ -314,19 +323,51 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
         ]
     );
     for r in &rows {
-        for field in [
-            "wait",
-            "p50_us",
-            "p99_us",
-            "p999_us",
-            "mb_per_s",
-            "iters",
-            "steal_pct",
-        ] {
-            assert!(r.get(field).is_some(), "missing {field} in {r}");
-        }
+        has_fields(
+            r,
+            &[
+                "wait",
+                "p50_us",
+                "p99_us",
+                "p999_us",
+                "mb_per_s",
+                "iters",
+                "steal_pct",
+            ],
+        );
         assert_eq!(r["iters"], 200);
         assert!(r["p50_us"].as_f64().unwrap() > 0.0);
         assert!(r["p50_us"].as_f64() <= r["p99_us"].as_f64(), "{r}");
+    }
+}
+
+#[test]
+fn bench_stabilize_plots_ts_against_n() {
+    let dir = scratch("stabilize-plot");
+    let svg = dir.join("ts.svg");
+    let path = svg.to_str().unwrap();
+    succeed(&[
+        "bench",
+        "stabilize",
+        "--nodes-list",
+        "8,16",
+        "--repeat",
+        "2",
+        "--seed",
+        "3",
+        "--backend",
+        "poll",
+        "--plot",
+        path,
+    ]);
+    let text = std::fs::read_to_string(&svg).expect("the plot was written");
+    assert!(text.starts_with("<svg"), "not an SVG");
+    for label in [
+        "mean (99% CI)",
+        "median",
+        "99th percentile",
+        "Ts after failure (inner)",
+    ] {
+        assert!(text.contains(label), "no {label:?} in the plot");
     }
 }

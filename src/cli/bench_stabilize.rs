@@ -3,7 +3,9 @@
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
 use std::time::Duration;
+use weft::plot::{log_x_svg, Series};
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
 use weft::transport::stabilize::{
@@ -51,6 +53,10 @@ pub struct BenchStabilizeArgs {
     /// thread, so keep N to what the cores can carry.
     #[arg(long)]
     procs: bool,
+    /// Write Ts against N to this SVG: mean with its 99% confidence interval, median and 99th
+    /// percentile (log2 N axis, as the paper's figures).
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
@@ -161,6 +167,43 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             "{n} nodes: survivors did not agree on one view"
         );
         reports.push(r);
+    }
+    if let Some(path) = &a.plot {
+        let pts = |f: &dyn Fn(&BenchReport) -> f64| -> Vec<(f64, f64)> {
+            reports.iter().map(|r| (r.nodes as f64, f(r))).collect()
+        };
+        let series = [
+            Series {
+                label: "mean (99% CI)".into(),
+                points: pts(&|r| r.ts_mean_us),
+                error: reports.iter().map(|r| r.ci99_us).collect(),
+            },
+            Series {
+                label: "median".into(),
+                points: pts(&|r| r.ts_p50_us),
+                error: Vec::new(),
+            },
+            Series {
+                label: "99th percentile".into(),
+                points: pts(&|r| r.ts_p99_us),
+                error: Vec::new(),
+            },
+        ];
+        let what = if a.join {
+            "a join".to_string()
+        } else {
+            format!("failure ({})", a.fail)
+        };
+        let title = format!(
+            "Ts after {what}, radix {}, loopback TCP ({}, {} trials)",
+            a.tree.radix,
+            reports.first().map_or("", |r| r.backend.as_str()),
+            a.repeat
+        );
+        log_x_svg(path, &title, "nodes", "Ts (µs)", &series)?;
+        if !a.json {
+            say!("plot: {}", path.display());
+        }
     }
     Ok(())
 }
