@@ -30,6 +30,17 @@ pub enum PlotError {
     },
 }
 
+/// The distinct x values of `series`, ascending.
+fn measured_xs(series: &[Series]) -> Vec<f64> {
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|&(x, _)| x))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    xs
+}
+
 /// Draw `series` as lines with markers over a log2 x axis into an SVG file.
 pub fn log_x_svg(
     path: &Path,
@@ -69,14 +80,18 @@ pub fn log_x_svg(
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(
-            (x0.max(1.0)..x1.max(2.0)).log_scale(),
+            (x0.max(1.0)..x1.max(2.0))
+                .log_scale()
+                // Ticks at the measured sizes only: a log axis's own ticks (every hundred)
+                // collide near the top and label none of the powers of two.
+                .with_key_points(measured_xs(series)),
             0f64..(y1 * 1.1).max(1.0),
         )
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        // A log axis draws a light line per integer: noise, and its labels collide.
         .light_line_style(TRANSPARENT)
+        .x_label_formatter(&|x| format!("{x}"))
         .x_desc(x_label)
         .y_desc(y_label)
         .draw()
