@@ -14,6 +14,23 @@ pub struct Series {
     pub error: Vec<f64>,
 }
 
+impl Series {
+    /// `label`: one point per row of a sweep, at x = `x(row)`, y = `y(row)`, no error bars.
+    pub fn of<R>(label: &str, rows: &[R], x: impl Fn(&R) -> f64, y: impl Fn(&R) -> f64) -> Self {
+        Series {
+            label: label.into(),
+            points: rows.iter().map(|r| (x(r), y(r))).collect(),
+            error: Vec::new(),
+        }
+    }
+
+    /// With vertical error bars of half-width `e(row)`.
+    pub fn with_error<R>(mut self, rows: &[R], e: impl Fn(&R) -> f64) -> Self {
+        self.error = rows.iter().map(e).collect();
+        self
+    }
+}
+
 /// Why a plot could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {

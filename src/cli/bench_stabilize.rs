@@ -169,25 +169,12 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         reports.push(r);
     }
     if let Some(path) = &a.plot {
-        let pts = |f: &dyn Fn(&BenchReport) -> f64| -> Vec<(f64, f64)> {
-            reports.iter().map(|r| (r.nodes as f64, f(r))).collect()
-        };
+        let n = |r: &BenchReport| r.nodes as f64;
         let series = [
-            Series {
-                label: "mean (99% CI)".into(),
-                points: pts(&|r| r.ts_mean_us),
-                error: reports.iter().map(|r| r.ci99_us).collect(),
-            },
-            Series {
-                label: "median".into(),
-                points: pts(&|r| r.ts_p50_us),
-                error: Vec::new(),
-            },
-            Series {
-                label: "99th percentile".into(),
-                points: pts(&|r| r.ts_p99_us),
-                error: Vec::new(),
-            },
+            Series::of("mean (99% CI)", &reports, n, |r| r.ts_mean_us)
+                .with_error(&reports, |r| r.ci99_us),
+            Series::of("median", &reports, n, |r| r.ts_p50_us),
+            Series::of("99th percentile", &reports, n, |r| r.ts_p99_us),
         ];
         let what = if a.join {
             "a join".to_string()

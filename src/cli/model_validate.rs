@@ -115,30 +115,13 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
     if let Some(path) = &a.plot {
-        let pts = |f: &dyn Fn(&ValidateRow) -> f64| -> Vec<(f64, f64)> {
-            rows.iter().map(|r| (r.nodes as f64, f(r))).collect()
-        };
-        let series = vec![
-            Series {
-                label: "measured (mean, 99% CI)".into(),
-                points: pts(&|r| r.ts_mean_us),
-                error: rows.iter().map(|r| r.ci99_us).collect(),
-            },
-            Series {
-                label: "base model".into(),
-                points: pts(&|r| r.base_us),
-                error: Vec::new(),
-            },
-            Series {
-                label: "distance model (8x8x8 torus)".into(),
-                points: pts(&|r| r.distance_us),
-                error: Vec::new(),
-            },
-            Series {
-                label: "contention model".into(),
-                points: pts(&|r| r.contention_us),
-                error: Vec::new(),
-            },
+        let n = |r: &ValidateRow| r.nodes as f64;
+        let series = [
+            Series::of("measured (mean, 99% CI)", &rows, n, |r| r.ts_mean_us)
+                .with_error(&rows, |r| r.ci99_us),
+            Series::of("base model", &rows, n, |r| r.base_us),
+            Series::of("distance model (8x8x8 torus)", &rows, n, |r| r.distance_us),
+            Series::of("contention model", &rows, n, |r| r.contention_us),
         ];
         let title = format!(
             "Ts after a {} failure, radix {}, loopback TCP ({})",
