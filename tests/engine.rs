@@ -2,7 +2,7 @@
 //! bad input closes one connection while the node keeps serving the others.
 
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use weft::engine::reactor::NodeEvent;
@@ -248,6 +248,17 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         .unwrap();
     let seen = collect(&c.events, 5, |s| refused(s) >= 1);
     assert!(refused(&seen) >= 1, "garbage not refused: {seen:?}");
+    // ... and the socket does close (the reactor shuts lost connections once idle).
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let closed = std::io::Read::read_to_end(&mut s, &mut rest);
+    assert!(
+        closed.is_ok()
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
+        "the refused connection was not closed: {closed:?}"
+    );
 
     // 2. An oversized length, refused from the header alone.
     let mut s2 = TcpStream::connect(target).unwrap();

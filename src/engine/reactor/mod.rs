@@ -164,6 +164,8 @@ pub struct Reactor<P: Protocol> {
     rearm: Vec<(usize, u32)>,
     /// Poll backend: the connections that received most recently (see `read_hot`).
     hot: Vec<(usize, u32)>,
+    /// Sockets of connections that ended, not yet shut down (see [`Self::close`]).
+    lost: Vec<TcpStream>,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -255,6 +257,7 @@ where
             touched: Vec::new(),
             rearm: Vec::new(),
             hot: Vec::new(),
+            lost: Vec::new(),
         })
     }
 
@@ -288,7 +291,10 @@ where
         let mut events = Events::with_capacity(256);
         let mut last_activity = Instant::now();
         let mut spins: u32 = 0;
+        // Whether the last turn found no work.
+        let mut idle = false;
         while !self.stop {
+            let turn_start = last_activity;
             // What the last turn queued in the ring (sends, connects, re-armed receives) goes
             // out in one submission, before any wait.
             if let Some(u) = self.uring.as_mut() {
@@ -318,12 +324,18 @@ where
                 u.set_wakeups(!spinning);
             }
             if ask_epoll {
-                let timeout = if spinning || self.uring.as_mut().is_some_and(|u| u.has_work()) {
+                let mut timeout = if spinning || self.uring.as_mut().is_some_and(|u| u.has_work()) {
                     Some(Duration::ZERO)
                 } else {
                     let now = self.now();
                     self.timers.next_in(now)
                 };
+                // Lost connections are torn down once the reactor has nothing else to do:
+                // instead of blocking, or on a spinning turn after one that found no work.
+                if !self.lost.is_empty() && (timeout != Some(Duration::ZERO) || idle) {
+                    self.bury_lost(Ending::Close);
+                    timeout = Some(Duration::ZERO);
+                }
                 match self.poll.poll(&mut events, timeout) {
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -362,6 +374,7 @@ where
                     last_activity = Instant::now();
                 }
             }
+            idle = last_activity == turn_start;
         }
         // The job is over: abort the connections instead of closing them in order, so
         // thousands of them per run do not sit in TIME_WAIT holding local ports (a benchmark
@@ -369,6 +382,7 @@ where
         for h in 0..self.hosts.len() {
             self.stop_node(h, Ending::Reset);
         }
+        self.bury_lost(Ending::Reset);
         // The sockets are reset; wait for the ring to let go of every buffer it was given
         // (the send table and the provided buffers are freed after this).
         if let Some(u) = self.uring.as_mut() {
@@ -429,6 +443,23 @@ where
         self.timers.cancel_where(|&(x, _)| x == h);
         self.inbox.retain(|&(x, _, _)| x != h);
         let _ = host.retire.send(host.proto);
+    }
+
+    /// Shut down (or, when the job is over, reset) and close the sockets of lost connections.
+    /// Either also ends an armed io_uring receive (its last completion is recognized as stale).
+    fn bury_lost(&mut self, ending: Ending) {
+        if self.lost.is_empty() {
+            return;
+        }
+        self.before_closing_fds();
+        for stream in self.lost.drain(..) {
+            match ending {
+                Ending::Close => {
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                }
+                Ending::Reset => reset(&stream),
+            }
+        }
     }
 
     /// io_uring names a socket by its fd number and looks the number up when it submits the
@@ -535,20 +566,23 @@ where
 
     /// Close one connection; tell its node's protocol if a known peer is lost, and carry out
     /// what the protocol answers.
+    ///
+    /// The socket itself is shut down and closed later, by [`Self::bury_lost`], when the
+    /// reactor has nothing else to do. Its FIN exchange costs as much CPU as a message, and a
+    /// lost connection rarely comes alone: when a process dies, its peers on this reactor lose
+    /// theirs in one turn, and the reports of the failure wait behind every teardown.
     fn close(&mut self, slot: usize, why: String) -> Result<(), EngineError> {
         let Some(mut conn) = self.conns.get_mut(slot).and_then(|c| c.take()) else {
             return Ok(());
         };
         self.free.push(slot);
         let h = conn.host;
-        self.before_closing_fds();
         if self.uring.is_none() {
             let _ = self.poll.registry().deregister(&mut conn.stream);
         }
-        // Ends an armed io_uring receive too (its last completion is recognized as stale).
-        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
-        let who = conn.peer.or(conn.dialed);
-        if conn.peer.is_none() {
+        let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
+        self.lost.push(conn.stream);
+        if !authenticated {
             self.emit(h, NodeEvent::Refused(why));
         }
         let now = self.now();
