@@ -122,6 +122,7 @@ fn member_cfg() -> MembershipConfig {
         probe: Some((hour, hour)),
         warm: false,
         batch: std::time::Duration::ZERO,
+        orphan_hold: weft::proto::membership::ORPHAN_HOLD,
     }
 }
 

@@ -124,6 +124,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 None
             },
             batch: Duration::from_secs_f64(a.batch_us * 1e-6),
+            orphan_hold: a.tree.orphan_hold(),
             join: a.join,
             placement: a.placement,
             ..BenchConfig::new(

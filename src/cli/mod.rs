@@ -23,7 +23,7 @@ pub mod sim_stabilize;
 
 use clap::{Args, Parser, Subcommand};
 use weft::engine::{Backend, WaitMode};
-use weft::proto::membership::TreeMode;
+use weft::proto::membership::{TreeMode, ORPHAN_HOLD};
 
 /// weft: a resilient communication layer for HPC runtime environments.
 #[derive(Parser, Debug)]
@@ -34,7 +34,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The membership tree's shape, shared by the stabilization commands.
+/// The membership tree and its rules, shared by the commands that run membership.
 #[derive(Args, Debug)]
 pub struct TreeArgs {
     /// Children per node (a power of two).
@@ -43,6 +43,17 @@ pub struct TreeArgs {
     /// Paper's local patching, or recompute the balanced tree.
     #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
     pub mode: TreeMode,
+    /// A process whose parent failed leaves the report to that parent's own parent for this
+    /// many µs, and makes it only if none came (0: at once, as in the paper).
+    #[arg(long, default_value_t = ORPHAN_HOLD.as_micros() as u64)]
+    pub orphan_hold_us: u64,
+}
+
+impl TreeArgs {
+    /// The orphan hold as a duration.
+    pub fn orphan_hold(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.orphan_hold_us)
+    }
 }
 
 /// How engine nodes run, shared by the commands that start them.

@@ -74,14 +74,17 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     for &n in &a.nodes_list {
-        let cfg = BenchConfig::new(
-            n,
-            a.tree.radix,
-            a.tree.mode,
-            a.fail,
-            seed,
-            job_options(a.engine.wait, a.engine.backend),
-        );
+        let cfg = BenchConfig {
+            orphan_hold: a.tree.orphan_hold(),
+            ..BenchConfig::new(
+                n,
+                a.tree.radix,
+                a.tree.mode,
+                a.fail,
+                seed,
+                job_options(a.engine.wait, a.engine.backend),
+            )
+        };
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);
         if a.json {

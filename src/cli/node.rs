@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use weft::engine::{Backend, WaitMode};
-use weft::proto::membership::{MembershipConfig, TreeMode};
+use weft::proto::membership::MembershipConfig;
 use weft::transport::process::{run, Entry, NodeProcess};
 use weft::transport::{bind, NodeOptions};
 use weft::wire::handshake::JobKey;
@@ -37,12 +37,8 @@ pub struct NodeArgs {
     /// Job key file (64 hex digits or 32 bytes); default `WEFT_JOB_KEY`.
     #[arg(long)]
     key_file: Option<PathBuf>,
-    /// Children per node (a power of two).
-    #[arg(long, default_value_t = 4)]
-    radix: u32,
-    /// Paper's local patching, or recompute the balanced tree.
-    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
-    mode: TreeMode,
+    #[command(flatten)]
+    tree: super::TreeArgs,
     /// Probe tree neighbors every this many ms (0: once at start, then rely on lost
     /// connections).
     #[arg(long, default_value_t = 0)]
@@ -125,11 +121,12 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         listener,
         key,
         membership: MembershipConfig {
-            radix: a.radix,
-            mode: a.mode,
+            radix: a.tree.radix,
+            mode: a.tree.mode,
             probe: Some((probe, probe)),
             warm: true,
             batch: Duration::from_micros(a.batch_us),
+            orphan_hold: a.tree.orphan_hold(),
         },
         entry: if a.join {
             Entry::Join

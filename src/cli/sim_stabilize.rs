@@ -107,6 +107,7 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
                 )
             }),
             batch: Duration::from_secs_f64(a.batch_us * 1e-6),
+            orphan_hold: a.tree.orphan_hold(),
         })
         .map_err(anyhow::Error::msg)?;
         if a.json {

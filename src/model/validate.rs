@@ -83,6 +83,7 @@ pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
         probe: None,
         warm: false,
         batch: std::time::Duration::ZERO,
+        orphan_hold: crate::proto::membership::ORPHAN_HOLD,
     };
     // The victim: the last inner node (a leaf in a job too small to have one).
     let victim = RadixTree::new(n, radix)
@@ -140,6 +141,7 @@ pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
             seed: cfg.seed.wrapping_add(r as u64),
             probe: None,
             batch: Duration::ZERO,
+            orphan_hold: cfg.orphan_hold,
         })?;
         total += run.msgs;
     }

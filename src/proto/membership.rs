@@ -26,6 +26,11 @@
 //!   neighbors every `period` and suspects one that has not answered `IAmFine` within
 //!   `timeout`) and by [`Protocol::on_suspect`] (a lost connection on the engine, a failed send
 //!   in the simulator). Only tree neighbors report; others remember the suspicion.
+//! - The children of a failed process hold their report for [`MembershipConfig::orphan_hold`]
+//!   and leave it to the failed process's parent, which reports at once: one report per
+//!   failure instead of one per neighbor, and no child has to reach the root (on the engine,
+//!   a dial and a handshake each, in the middle of the stabilization). A child reports when
+//!   the hold runs out or an epoch comes without the failure.
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::topology::radix::RadixTree;
@@ -53,6 +58,13 @@ pub const TIMEOUT_TIMER: TimerId = TimerId(11);
 pub const JOIN_TIMER: TimerId = TimerId(12);
 /// Timer of the root's batching window (see [`MembershipConfig::batch`]).
 pub const BATCH_TIMER: TimerId = TimerId(13);
+/// Timer of a held report (see [`MembershipConfig::orphan_hold`]).
+pub const HOLD_TIMER: TimerId = TimerId(14);
+
+/// The usual [`MembershipConfig::orphan_hold`]: far above the time a failure's first report
+/// takes to reach the root (tens of µs, a few ms with a thousand processes on two cores), so it
+/// runs out only when that report really did not come.
+pub const ORPHAN_HOLD: Duration = Duration::from_millis(20);
 
 /// The membership state of an epoch, as messages carry it: the processes appended to the
 /// initial view (joiners and recovered processes, in the order the root admitted them) and
@@ -302,6 +314,13 @@ pub struct MembershipConfig {
     /// (`ZERO`: at once, one epoch per new report). Several failures at a time then cost one
     /// stabilization wave instead of one each, for this much more latency on a single failure.
     pub batch: Duration,
+    /// How long a process whose parent failed leaves the report to that parent's own parent,
+    /// which detects the same failure and reports it at once (`ZERO`: report at once, as in
+    /// the paper). A failure then costs one report instead of one per child, and the children
+    /// need no connection to the root; if the report does not come (that parent died too, or
+    /// did not notice), the hold runs out and the children report, and an epoch that still
+    /// lacks the failure makes them report it at once.
+    pub orphan_hold: Duration,
 }
 
 /// What a process outside the view asks for.
@@ -340,6 +359,8 @@ pub struct Membership {
     suspected: BTreeMap<NodeId, u32>,
     /// Suspects this process reported to a root (reported again after a root change).
     reported: BTreeSet<NodeId>,
+    /// A report is held ([`MembershipConfig::orphan_hold`]) and its timer armed.
+    holding: bool,
     /// The installed view, shared with the events that announce it.
     view: Arc<[NodeId]>,
     /// The live processes in list order (the view before sorting): the order the balanced
@@ -386,6 +407,7 @@ impl Membership {
             dead: BTreeSet::new(),
             suspected: BTreeMap::new(),
             reported: BTreeSet::new(),
+            holding: false,
             nb: Neighbors {
                 root: me,
                 parent: None,
@@ -590,26 +612,9 @@ impl Membership {
             out.send(k, kind(self.state.clone()));
         }
         self.waiting = kids.into_iter().collect();
-        // Failures this process reported may have been lost with an old root, and a suspect
-        // may have just become its neighbor: report whatever the new epoch still lacks.
-        let root = self.nb.root;
-        if root != self.me {
-            let pending: Vec<NodeId> = self
-                .suspected
-                .keys()
-                .copied()
-                .filter(|&s| self.is_live(s) && s != root)
-                .filter(|s| {
-                    self.reported.contains(s)
-                        || self.nb.parent == Some(*s)
-                        || self.nb.children.contains(s)
-                })
-                .collect();
-            for s in pending {
-                self.reported.insert(s);
-                out.send(root, MemberMsg::NodeFailure { failed: s });
-            }
-        }
+        // Whatever the new epoch still lacks is reported now, held reports included: the
+        // root started an epoch without them.
+        self.report_pending(out);
         self.maybe_ack(out);
         self.rejoin_if_excluded(out);
     }
@@ -748,12 +753,44 @@ impl Membership {
             }
         } else if root == self.me {
             self.root_handles(peer, false, out);
+        } else if self.nb.parent == Some(peer) && !self.cfg.orphan_hold.is_zero() {
+            // The failed parent's own parent (alive, or someone above it reports) reports it;
+            // this process only makes sure it happens (`report_pending`).
+            if !self.holding {
+                self.holding = true;
+                out.set_timer(HOLD_TIMER, self.cfg.orphan_hold);
+            }
         } else if neighbor {
             // The paper's detectors are a process's tree neighbors; others that lost a
             // connection to `peer` leave the report to them (and make it themselves if `peer`
             // becomes their neighbor, see `install`), so one death is not reported N times.
             self.reported.insert(peer);
             out.send(root, MemberMsg::NodeFailure { failed: peer });
+        }
+    }
+
+    /// Report to the root every suspect the installed epoch still counts alive that this
+    /// process must report: one it reported before (the report may have been lost with an old
+    /// root) and any tree neighbor (it may have just become one, or its report was held).
+    fn report_pending<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        let root = self.nb.root;
+        if root == self.me {
+            return;
+        }
+        let pending: Vec<NodeId> = self
+            .suspected
+            .keys()
+            .copied()
+            .filter(|&s| self.is_live(s) && s != root)
+            .filter(|s| {
+                self.reported.contains(s)
+                    || self.nb.parent == Some(*s)
+                    || self.nb.children.contains(s)
+            })
+            .collect();
+        for s in pending {
+            self.reported.insert(s);
+            out.send(root, MemberMsg::NodeFailure { failed: s });
         }
     }
 
@@ -960,6 +997,12 @@ impl Protocol for Membership {
                     self.start_failure_epoch(root_changed, out);
                 }
             }
+            HOLD_TIMER => {
+                self.holding = false;
+                if self.joining.is_none() {
+                    self.report_pending(out);
+                }
+            }
             _ => {}
         }
     }
@@ -977,6 +1020,7 @@ impl Protocol for Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::Action;
     use proptest::prelude::*;
 
     proptest! {
@@ -1036,6 +1080,113 @@ mod tests {
         // Positions past the list (appended processes) are not this list's.
         assert_eq!(without(&list, &gone(&[2, 7, 100])), ids(&[1, 3, 7, 9]));
         assert_eq!(without(&list, &gone(&[0, 1, 2, 3, 4])), ids(&[]));
+    }
+
+    /// Process `me` of a 21-process radix-4 job (1 has parent 0 and children 5..=8), with
+    /// the given orphan hold, started.
+    fn member(me: u64, hold: Duration) -> Membership {
+        let cfg = MembershipConfig {
+            radix: 4,
+            mode: TreeMode::Patch,
+            probe: None,
+            warm: false,
+            batch: Duration::ZERO,
+            orphan_hold: hold,
+        };
+        let mut m = Membership::new(NodeId(me), ids(&(0..21).collect::<Vec<_>>()), cfg);
+        m.on_start(Time::ZERO, &mut Outbox::new());
+        m
+    }
+
+    /// The messages among `out`'s actions.
+    fn sends(out: &mut Outbox<MemberMsg>) -> Vec<(NodeId, MemberMsg)> {
+        out.drain()
+            .filter_map(|a| match a {
+                Action::Send { to, msg } => Some((to, msg)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn report_of(failed: u64) -> (NodeId, MemberMsg) {
+        (
+            NodeId(0),
+            MemberMsg::NodeFailure {
+                failed: NodeId(failed),
+            },
+        )
+    }
+
+    #[test]
+    fn a_child_of_a_failed_process_reports_it_only_when_the_hold_runs_out() {
+        let hold = Duration::from_millis(5);
+        let mut child = member(6, hold);
+        let mut out = Outbox::new();
+        child.on_suspect(Time::ZERO, NodeId(1), &mut out);
+        let actions: Vec<_> = out.drain().collect();
+        assert!(
+            actions.contains(&Action::SetTimer {
+                timer: HOLD_TIMER,
+                after: hold
+            }),
+            "{actions:?}"
+        );
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::Send { .. })),
+            "held, yet sent: {actions:?}"
+        );
+        // Nobody reported it meanwhile: the child does.
+        child.on_timer(Time(5_000_000), HOLD_TIMER, &mut out);
+        assert_eq!(sends(&mut out), vec![report_of(1)]);
+
+        // Its parent's own parent reports at once, hold or not.
+        let mut grandparent = member(0, hold);
+        grandparent.on_suspect(Time::ZERO, NodeId(1), &mut out);
+        let down = sends(&mut out);
+        assert!(
+            down.iter()
+                .any(|(to, m)| *to == NodeId(5) && matches!(m, MemberMsg::FailedNode(_))),
+            "the root starts the epoch and adopts 1's children: {down:?}"
+        );
+        // An inner process whose child fails reports at once too.
+        let mut parent = member(1, hold);
+        parent.on_suspect(Time::ZERO, NodeId(5), &mut out);
+        assert_eq!(sends(&mut out), vec![report_of(5)]);
+    }
+
+    #[test]
+    fn a_held_report_is_dropped_once_an_epoch_counts_the_failure() {
+        let mut child = member(6, Duration::from_millis(5));
+        let mut out = Outbox::new();
+        child.on_suspect(Time::ZERO, NodeId(1), &mut out);
+        out.drain().for_each(drop);
+        let epoch = Regroup {
+            epoch: 1,
+            dead: vec![1],
+            appended: Vec::new(),
+            root: NodeId(0),
+        };
+        child.on_message(
+            Time(1000),
+            NodeId(0),
+            MemberMsg::FailedNode(epoch),
+            &mut out,
+        );
+        assert_eq!(
+            sends(&mut out),
+            vec![(NodeId(0), MemberMsg::FailureAck { epoch: 1 })],
+            "a leaf acks its new parent, and reports nothing"
+        );
+        child.on_timer(Time(5_000_000), HOLD_TIMER, &mut out);
+        assert_eq!(sends(&mut out), vec![]);
+    }
+
+    #[test]
+    fn without_a_hold_every_neighbor_reports_at_once_as_in_the_paper() {
+        let mut child = member(6, Duration::ZERO);
+        let mut out = Outbox::new();
+        child.on_suspect(Time::ZERO, NodeId(1), &mut out);
+        assert_eq!(sends(&mut out), vec![report_of(1)]);
     }
 
     #[test]

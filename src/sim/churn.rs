@@ -59,6 +59,8 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
         probe: Some(probe),
         warm: false,
         batch: std::time::Duration::ZERO,
+        // On the scale of the probes, so held reports do run out in these schedules.
+        orphan_hold: Duration::from_millis(1),
     };
     let retry = Duration::from_millis(1);
     let nodes: Vec<Membership> = (0..total as u64)

@@ -105,6 +105,9 @@ pub struct StabilizeConfig {
     pub probe: Option<(Duration, Duration)>,
     /// The root's batching window ([`MembershipConfig::batch`]).
     pub batch: Duration,
+    /// How long a failed process's children leave the report to its parent
+    /// ([`MembershipConfig::orphan_hold`]).
+    pub orphan_hold: Duration,
 }
 
 /// The measures of one run (`weft sim stabilize --json`).
@@ -187,6 +190,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         // No connections to warm in the simulator.
         warm: false,
         batch: cfg.batch,
+        orphan_hold: cfg.orphan_hold,
     };
     let nodes: Vec<Membership> = ids
         .iter()
@@ -313,6 +317,35 @@ mod tests {
             seed,
             probe: None,
             batch: Duration::ZERO,
+            orphan_hold: crate::proto::membership::ORPHAN_HOLD,
+        }
+    }
+
+    #[test]
+    fn children_of_a_failed_process_leave_the_report_to_its_parent() {
+        // Probes find the failure from both sides: its parent and its children time out on it.
+        for seed in 0..4 {
+            let probed = StabilizeConfig {
+                probe: Some((Duration::from_micros(200), Duration::from_micros(100))),
+                ..cfg(85, 4, Fail::Inner, TreeMode::Patch, seed)
+            };
+            let paper = run(&StabilizeConfig {
+                orphan_hold: Duration::ZERO,
+                ..probed.clone()
+            })
+            .unwrap();
+            let held = run(&probed).unwrap();
+            assert!(paper.views_agree && held.views_agree, "seed {seed}");
+            assert!(paper.stabilized && held.stabilized, "seed {seed}");
+            assert_eq!(held.epochs, 1, "seed {seed}: {held:?}");
+            // Each child's NodeFailure and the root's FailureDetAck are saved (the probes'
+            // own messages are the same in both runs).
+            assert!(
+                held.msgs + 2 <= paper.msgs,
+                "seed {seed}: {} messages held, {} at once",
+                held.msgs,
+                paper.msgs
+            );
         }
     }
 

@@ -53,6 +53,7 @@ fn start(exe: &Path, cfg: &BenchConfig, backend: &str) -> Result<Job, BenchError
             .args(["--backend", backend, "--wait", &cfg.opts.wait.to_string()])
             .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
             .args(["--batch-us", &cfg.batch.as_micros().to_string()])
+            .args(["--orphan-hold-us", &cfg.orphan_hold.as_micros().to_string()])
             .env("WEFT_JOB_KEY", key.to_hex())
             .env_remove("WEFT_BACKEND")
             .stdin(Stdio::piped())

@@ -63,6 +63,9 @@ pub struct BenchConfig {
     pub procs: Option<std::path::PathBuf>,
     /// The root's batching window ([`MembershipConfig::batch`]).
     pub batch: Duration,
+    /// How long a failed process's children leave the report to its parent
+    /// ([`MembershipConfig::orphan_hold`]).
+    pub orphan_hold: Duration,
     /// Time a new process joining instead of a failure (`fail` is then unused).
     pub join: bool,
     /// How in-process nodes are spread over the reactors.
@@ -101,6 +104,7 @@ impl BenchConfig {
             timeout: Duration::from_secs(30),
             procs: None,
             batch: Duration::ZERO,
+            orphan_hold: crate::proto::membership::ORPHAN_HOLD,
             join: false,
             placement: Placement::Subtree,
         }
@@ -157,14 +161,15 @@ pub struct Trial {
 /// The membership settings of a benchmark node: probes (and greets its standby) once at start,
 /// to open the tree's connections, and then only after an hour, so probes do not mix into the
 /// measure.
-pub fn member_config(radix: u32, mode: TreeMode, batch: Duration) -> MembershipConfig {
+pub fn member_config(cfg: &BenchConfig) -> MembershipConfig {
     let quiet = Duration::from_secs(3600);
     MembershipConfig {
-        radix,
-        mode,
+        radix: cfg.radix,
+        mode: cfg.mode,
         probe: Some((quiet, quiet)),
         warm: true,
-        batch,
+        batch: cfg.batch,
+        orphan_hold: cfg.orphan_hold,
     }
 }
 
@@ -328,7 +333,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         epoch: Some(Instant::now()),
         ..cfg.job_opts()?
     };
-    let member = member_config(cfg.radix, cfg.mode, cfg.batch);
+    let member = member_config(cfg);
     let cluster = Cluster::start(n as usize, opts.clone(), move |i, ids| {
         Membership::new(ids[i], ids.to_vec(), member)
     })?;
@@ -430,7 +435,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         mut missing,
     } = plan(cfg, rep)?;
     let n = cfg.nodes;
-    let member = member_config(cfg.radix, cfg.mode, cfg.batch);
+    let member = member_config(cfg);
     let mut cluster = Cluster::start(n as usize, cfg.job_opts()?, move |i, ids| {
         Membership::new(ids[i], ids.to_vec(), member)
     })?;
