@@ -371,3 +371,60 @@ fn bench_stabilize_plots_ts_against_n() {
         assert!(text.contains(label), "no {label:?} in the plot");
     }
 }
+
+#[test]
+fn bench_stabilize_compares_with_the_bare_tcp_floor_in_the_same_run() {
+    let out = succeed(&[
+        "bench",
+        "stabilize",
+        "--nodes-list",
+        "8,16",
+        "--repeat",
+        "3",
+        "--seed",
+        "2",
+        "--backend",
+        "poll",
+        "--compare",
+        "--json",
+    ]);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // weft's line, then its floor's, for each size.
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for (pair, n) in lines.chunks(2).zip([8, 16]) {
+        let (weft, floor) = (&pair[0], &pair[1]);
+        assert_eq!(weft["backend"], "poll");
+        assert_eq!(floor["backend"], "bare-tcp");
+        for v in [weft, floor] {
+            assert_eq!(v["nodes"], n);
+            assert_eq!(v["repeat"], 3);
+            assert!(v["ts_p50_us"].as_f64().unwrap() > 0.0, "{v}");
+        }
+        has_fields(
+            floor,
+            &["wait", "height", "ts_p99_us", "ci99_us", "cpu_mean_us"],
+        );
+        // One wave over the n - 1 survivors: a message down and one up each edge.
+        assert_eq!(floor["messages"], 2 * (n - 2));
+    }
+    // The table ends with the ratios.
+    let text = succeed(&[
+        "bench",
+        "stabilize",
+        "--nodes",
+        "8",
+        "--repeat",
+        "2",
+        "--seed",
+        "2",
+        "--compare",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("bare-tcp") && text.contains("weft / bare-tcp"),
+        "{text}"
+    );
+}

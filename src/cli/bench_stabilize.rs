@@ -8,8 +8,9 @@ use std::time::Duration;
 use weft::plot::{log_x_svg, Series};
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
+use weft::transport::bare_wave::WaveReport;
 use weft::transport::stabilize::{
-    job_options, run as run_bench, BenchConfig, BenchReport, Placement,
+    floor, job_options, run as run_bench, BenchConfig, BenchReport, Placement,
 };
 
 /// Arguments of `weft bench stabilize`.
@@ -53,6 +54,11 @@ pub struct BenchStabilizeArgs {
     /// thread, so keep N to what the cores can carry.
     #[arg(long)]
     procs: bool,
+    /// Also time each size's floor in the same run: one stabilization wave over plain TCP
+    /// sockets (same tree, placement, threads and wait mode; no protocol, framing or engine),
+    /// and print weft's Ts as a ratio to it.
+    #[arg(long, conflicts_with_all = ["procs", "join"])]
+    compare: bool,
     /// Write Ts against N to this SVG: mean with its 99% confidence interval, median and 99th
     /// percentile (log2 N axis, as the paper's figures).
     #[arg(long)]
@@ -115,6 +121,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         );
     }
     let mut reports: Vec<BenchReport> = Vec::new();
+    let mut floors: Vec<WaveReport> = Vec::new();
     for n in sizes {
         let cfg = BenchConfig {
             timeout: Duration::from_secs_f64(a.timeout_s),
@@ -167,16 +174,61 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             r.views_agree,
             "{n} nodes: survivors did not agree on one view"
         );
+        if a.compare {
+            let f = floor(&cfg, a.repeat)?;
+            if a.json {
+                say!("{}", serde_json::to_string(&f)?);
+            } else {
+                say!(
+                    "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10} {:>7} {:>6}",
+                    f.nodes,
+                    f.height,
+                    f.backend,
+                    f.wait,
+                    f.ts_p50_us,
+                    f.ts_p90_us,
+                    f.ts_p99_us,
+                    f.ts_max_us,
+                    f.ts_mean_us,
+                    f.ci99_us,
+                    "-",
+                    f.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}")),
+                    "-"
+                );
+            }
+            floors.push(f);
+        }
         reports.push(r);
+    }
+    if !a.json && !floors.is_empty() {
+        say!("");
+        say!("weft / bare-tcp (the floor: one wave over plain TCP sockets; lower is better)");
+        for (r, f) in reports.iter().zip(&floors) {
+            say!(
+                "{:>6} nodes  Ts p50 {:.2}x   mean {:.2}x   CPU {:.2}x",
+                r.nodes,
+                r.ts_p50_us / f.ts_p50_us.max(1e-9),
+                r.ts_mean_us / f.ts_mean_us.max(1e-9),
+                r.cpu_mean_us / f.cpu_mean_us.max(1e-9)
+            );
+        }
     }
     if let Some(path) = &a.plot {
         let n = |r: &BenchReport| r.nodes as f64;
-        let series = [
+        let mut series = vec![
             Series::of("mean (99% CI)", &reports, n, |r| r.ts_mean_us)
                 .with_error(&reports, |r| r.ci99_us),
             Series::of("median", &reports, n, |r| r.ts_p50_us),
             Series::of("99th percentile", &reports, n, |r| r.ts_p99_us),
         ];
+        if !floors.is_empty() {
+            series.push(Series::of(
+                "floor: bare TCP wave, median",
+                &floors,
+                |f| f.nodes as f64,
+                |f| f.ts_p50_us,
+            ));
+        }
         let what = if a.join {
             "a join".to_string()
         } else {

@@ -11,6 +11,7 @@
 //! }).unwrap();
 //! ```
 
+pub mod bare_wave;
 pub mod launch;
 pub mod ping;
 pub mod process;

@@ -12,6 +12,7 @@
 //! the joiner and sends `NewNodeJoin` down) to its stabilization, and the joiner's whole wait
 //! (dial, handshake, `NewNode`, stabilization, `JoinDetAck`).
 
+use super::bare_wave::{WaveConfig, WaveReport};
 use super::{bind, spawn, Cluster, NodeOptions, NodeSpec};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
@@ -562,6 +563,38 @@ pub struct BenchReport {
     pub views_agree: bool,
     /// Seed of the victims' choice.
     pub seed: u64,
+}
+
+/// The floor of this benchmark's stabilization on this machine ([`super::bare_wave`]): one
+/// wave over the survivors' tree with the same radix, placement, reactor count and wait mode,
+/// over plain TCP sockets, `repeat` times.
+pub fn floor(cfg: &BenchConfig, repeat: u32) -> Result<WaveReport, BenchError> {
+    let processes = cfg.nodes.saturating_sub(1).max(2);
+    let threads = cfg
+        .opts
+        .reactors
+        .unwrap_or_else(crate::engine::online_cpus)
+        .max(1);
+    let placement = match cfg.placement {
+        Placement::Subtree => Some(
+            RadixTree::new(processes, cfg.radix)
+                .map_err(|e| BenchError::Config(e.to_string()))?
+                .preorder_blocks(threads as u32),
+        ),
+        Placement::RoundRobin => None,
+    };
+    let wave = WaveConfig {
+        processes,
+        radix: cfg.radix,
+        placement,
+        threads,
+        wait: cfg.opts.wait,
+        waves: repeat,
+        gap: Duration::from_millis(5),
+    };
+    let steal = crate::engine::StealMeter::start();
+    let run = super::bare_wave::run(&wave).map_err(EngineError::from)?;
+    Ok(WaveReport::of(cfg.nodes, &wave, &run, steal.pct()))
 }
 
 /// Run `repeat` trials; `each` sees every trial as it ends (progress, raw samples).
