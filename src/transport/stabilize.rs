@@ -590,7 +590,8 @@ pub fn floor(cfg: &BenchConfig, repeat: u32) -> Result<WaveReport, BenchError> {
         threads,
         wait: cfg.opts.wait,
         waves: repeat,
-        gap: Duration::from_millis(5),
+        // As long as a trial's job idles before its kill: TCP's delayed-ACK state depends on it.
+        gap: settle(cfg.nodes),
     };
     let steal = crate::engine::StealMeter::start();
     let run = super::bare_wave::run(&wave).map_err(EngineError::from)?;
