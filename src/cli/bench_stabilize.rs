@@ -9,9 +9,7 @@ use weft::plot::{log_x_svg, Series};
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
 use weft::transport::bare_wave::WaveReport;
-use weft::transport::stabilize::{
-    floor, job_options, run as run_bench, BenchConfig, BenchReport, Placement,
-};
+use weft::transport::stabilize::{floor, run as run_bench, BenchConfig, BenchReport, Placement};
 
 /// Arguments of `weft bench stabilize`.
 #[derive(Args, Debug)]
@@ -131,17 +129,9 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 None
             },
             batch: Duration::from_secs_f64(a.batch_us * 1e-6),
-            orphan_hold: a.tree.orphan_hold(),
             join: a.join,
             placement: a.placement,
-            ..BenchConfig::new(
-                n,
-                a.tree.radix,
-                a.tree.mode,
-                a.fail,
-                seed,
-                job_options(a.engine.wait, a.engine.backend),
-            )
+            ..a.tree.bench(n, a.fail, seed, &a.engine)
         };
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")

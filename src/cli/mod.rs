@@ -24,6 +24,8 @@ pub mod sim_stabilize;
 use clap::{Args, Parser, Subcommand};
 use weft::engine::{Backend, WaitMode};
 use weft::proto::membership::{TreeMode, ORPHAN_HOLD};
+use weft::sim::stabilize::Fail;
+use weft::transport::stabilize::{job_options, BenchConfig};
 
 /// weft: a resilient communication layer for HPC runtime environments.
 #[derive(Parser, Debug)]
@@ -53,6 +55,22 @@ impl TreeArgs {
     /// The orphan hold as a duration.
     pub fn orphan_hold(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.orphan_hold_us)
+    }
+
+    /// A stabilization benchmark of `n` in-process nodes with this tree, `engine`'s settings
+    /// and the usual rest ([`BenchConfig::new`]).
+    pub fn bench(&self, n: u32, fail: Fail, seed: u64, engine: &EngineArgs) -> BenchConfig {
+        BenchConfig {
+            orphan_hold: self.orphan_hold(),
+            ..BenchConfig::new(
+                n,
+                self.radix,
+                self.mode,
+                fail,
+                seed,
+                job_options(engine.wait, engine.backend),
+            )
+        }
     }
 }
 

@@ -7,7 +7,6 @@ use weft::model::validate::{validate, ValidateRow};
 use weft::plot::{log_x_svg, Series};
 use weft::sim::rng::SimRng;
 use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::{job_options, BenchConfig};
 
 /// Arguments of `weft model validate`.
 #[derive(Args, Debug)]
@@ -74,17 +73,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     for &n in &a.nodes_list {
-        let cfg = BenchConfig {
-            orphan_hold: a.tree.orphan_hold(),
-            ..BenchConfig::new(
-                n,
-                a.tree.radix,
-                a.tree.mode,
-                a.fail,
-                seed,
-                job_options(a.engine.wait, a.engine.backend),
-            )
-        };
+        let cfg = a.tree.bench(n, a.fail, seed, &a.engine);
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);
         if a.json {

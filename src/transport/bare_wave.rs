@@ -16,7 +16,7 @@ use crate::topology::radix::RadixTree;
 use crate::Rank;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -152,18 +152,7 @@ struct Part {
 }
 
 fn write_msg(s: &mut TcpStream) -> std::io::Result<()> {
-    let buf = [0x5au8; MSG];
-    let mut at = 0;
-    while at < MSG {
-        match s.write(&buf[at..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => at += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    super::ping::spin_write(s, &[0x5au8; MSG])
 }
 
 /// Build the tree's connections and hand each thread its part.

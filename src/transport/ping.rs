@@ -142,11 +142,13 @@ fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Write all of `buf` to a non-blocking socket, spinning.
-fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
+/// Write all of `buf` to a non-blocking socket, spinning (the peers' sends: no engine, no
+/// queue).
+pub(crate) fn spin_write(s: &mut impl Write, buf: &[u8]) -> std::io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
         match s.write(&buf[at..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
             Ok(n) => at += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
