@@ -151,8 +151,12 @@ struct Part {
     root: Option<usize>,
 }
 
-fn write_msg(s: &mut TcpStream) -> std::io::Result<()> {
-    super::ping::spin_write(s, &[0x5au8; MSG])
+/// One message on each of `targets` (indices into `ends`).
+fn send_to(ends: &mut [End], targets: &[usize]) -> std::io::Result<()> {
+    for &t in targets {
+        super::ping::spin_write(&mut ends[t].stream, &[0x5au8; MSG])?;
+    }
+    Ok(())
 }
 
 /// Build the tree's connections and hand each thread its part.
@@ -248,11 +252,9 @@ fn serve(
                 if let Some(root) = part.root {
                     // A new wave: down every edge of the root.
                     started = Some(Instant::now());
-                    let down = part.procs[root].down.clone();
-                    part.procs[root].waiting = down.len();
-                    for d in down {
-                        write_msg(&mut part.ends[d].stream)?;
-                    }
+                    let proc = &mut part.procs[root];
+                    proc.waiting = proc.down.len();
+                    send_to(&mut part.ends, &proc.down)?;
                 }
             } else {
                 ready.push(ev.token().0);
@@ -276,20 +278,16 @@ fn serve(
                     if from_parent {
                         // Down: pass it on, or answer at once from a leaf.
                         proc.waiting = proc.down.len();
-                        let targets = if proc.down.is_empty() {
-                            proc.up.into_iter().collect()
-                        } else {
-                            proc.down.clone()
-                        };
-                        for t in targets {
-                            write_msg(&mut part.ends[t].stream)?;
+                        match proc.up {
+                            Some(u) if proc.down.is_empty() => send_to(&mut part.ends, &[u])?,
+                            _ => send_to(&mut part.ends, &proc.down)?,
                         }
                     } else {
                         // Up: once every child has answered, answer the parent.
                         proc.waiting = proc.waiting.saturating_sub(1);
                         if proc.waiting == 0 {
                             match proc.up {
-                                Some(u) => write_msg(&mut part.ends[u].stream)?,
+                                Some(u) => send_to(&mut part.ends, &[u])?,
                                 None => {
                                     let t = started.take().map_or(Duration::ZERO, |s| s.elapsed());
                                     let _ = done.send(t);
