@@ -1,6 +1,6 @@
 //! Cutting a byte stream into checked frames, in place.
 //!
-//! Bytes land in a 16-byte-aligned buffer, either copied in ([`FrameDecoder::push`]) or read
+//! Bytes land in a page-aligned buffer, either copied in ([`FrameDecoder::push`]) or read
 //! straight from a socket into it ([`FrameDecoder::read_from`]). [`FrameDecoder::next_frame`]
 //! returns a [`Frame`]: a handle on the buffer plus where the body lies in it, so the caller
 //! validates and reads the body where it sits (rkyv `access`) and can keep parts of it
@@ -18,7 +18,15 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// The decoder's receive buffer, shared with the frames cut from it.
-type Buf = Arc<AlignedVec<16>>;
+type Buf = Arc<AlignedVec<PAGE>>;
+
+/// The receive buffer starts on a page, and so does every frame that finds the buffer empty
+/// (the unread bytes always move to its start). A sender's kernel copies a write into pages
+/// from offset 0, and on AMD Zen the copy out to user space (`rep movsb`) runs at a half to an
+/// eighth of its speed when the destination is 8..24 bytes ahead of the source modulo 4 KiB
+/// (4K aliasing). A frame 16 bytes into an allocation, where glibc puts a large `malloc`, is
+/// exactly that. See `bluegene_notes/engine-latency.md`.
+const PAGE: usize = 4096;
 
 /// Bytes asked of the socket per read when no large frame is pending: what a burst of small
 /// messages needs, kept small because a job holds thousands of connections (a large frame in
@@ -118,7 +126,7 @@ impl FrameDecoder {
     /// The buffer, ready to take `more` bytes at its end: ours alone (a fresh one holding the
     /// unread bytes if frames still share the old one), compacted when the consumed part is
     /// the larger (keeps alignment: `read % 16 == 0`).
-    fn writable(&mut self, more: usize) -> &mut AlignedVec<16> {
+    fn writable(&mut self, more: usize) -> &mut AlignedVec<PAGE> {
         let rest = self.buf.len() - self.read;
         if Arc::get_mut(&mut self.buf).is_none() {
             let mut fresh = AlignedVec::with_capacity((rest + more).max(READ_CHUNK));
@@ -288,6 +296,31 @@ mod tests {
         }
         assert_eq!(got, msgs);
         assert_eq!(d.buffered(), 0);
+    }
+
+    /// A frame that finds the decoder empty starts on a page: on a fresh decoder, after the
+    /// previous frames were consumed, and in the fresh buffer taken while a payload still
+    /// shares the old one. Both small and large frames (small and large buffers).
+    #[test]
+    fn frames_that_find_the_decoder_empty_start_on_a_page() {
+        let start = |f: &Frame| (f.body().as_ptr() as usize - HEADER_LEN) % PAGE;
+        for size in [40usize, 5000, 300_000] {
+            let one = frames(&[Msg::Ping {
+                seq: 1,
+                payload: vec![3; size].into(),
+            }]);
+            let mut d = FrameDecoder::default();
+            let mut held = Vec::new();
+            for round in 0..4 {
+                d.push(&one);
+                let f = d.next_frame().unwrap().unwrap();
+                assert_eq!(start(&f), 0, "size {size}, round {round}");
+                // Keep every other frame: the decoder must move to a fresh buffer.
+                if round % 2 == 0 {
+                    held.push(f);
+                }
+            }
+        }
     }
 
     /// A large payload is handed out without a copy and stays intact while the decoder goes
