@@ -63,7 +63,7 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
             let l = tokio::net::TcpListener::from_std(std_listener).expect("listener");
             let (mut s, _) = l.accept().await.expect("accept");
             s.set_nodelay(true).expect("nodelay");
-            let mut buf = vec![0u8; size];
+            let mut buf = weft::transport::ping::page_buffer(size, 0);
             while s.read_exact(&mut buf).await.is_ok() {
                 if s.write_all(&buf).await.is_err() {
                     break;
@@ -79,8 +79,8 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
     let total = rt.block_on(async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.set_nodelay(true).expect("nodelay");
-        let msg = vec![0x5au8; size];
-        let mut back = vec![0u8; size];
+        let msg = weft::transport::ping::page_buffer(size, 0x5a);
+        let mut back = weft::transport::ping::page_buffer(size, 0);
         let start = Instant::now();
         for _ in 0..iters {
             s.write_all(&msg).await.expect("write");

@@ -127,6 +127,17 @@ fn pin(core: usize) {
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
 }
 
+/// A peer's message buffer of `len` bytes of `fill`, starting on a page. On AMD Zen the
+/// kernel's copy into user space runs at half speed or worse when the destination is 8..24
+/// bytes past the source's page offset (4K aliasing, see `wire::decoder`), and `vec!` puts a
+/// large buffer 16 bytes into a page, which is that case. A page start gives the peers their
+/// fastest copies, as weft's receive buffers have.
+pub fn page_buffer(len: usize, fill: u8) -> rkyv::util::AlignedVec<4096> {
+    let mut buf = rkyv::util::AlignedVec::with_capacity(len);
+    buf.resize(len, fill);
+    buf
+}
+
 /// Read exactly `buf.len()` bytes from a non-blocking socket, spinning.
 fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
     let mut at = 0;
@@ -181,7 +192,7 @@ pub fn std_busy_poll_rtts(
         let (mut s, _) = listener.accept()?;
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
-        let mut buf = vec![0u8; max + 8];
+        let mut buf = page_buffer(max + 8, 0);
         loop {
             let mut len = [0u8; 8];
             match spin_read(&mut s, &mut len) {
@@ -199,8 +210,8 @@ pub fn std_busy_poll_rtts(
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
     let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();
-    let mut msg = vec![0x5au8; max + 8];
-    let mut back = vec![0u8; max + 8];
+    let mut msg = page_buffer(max + 8, 0x5a);
+    let mut back = page_buffer(max + 8, 0);
     for &size in &plan {
         msg[..8].copy_from_slice(&(size as u64).to_le_bytes());
         for i in 0..warmup + iters {
