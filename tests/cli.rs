@@ -303,6 +303,8 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
         "--wait",
         "block",
         "--compare",
+        "--rounds",
+        "3",
         "--json",
     ]);
     let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)

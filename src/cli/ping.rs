@@ -3,7 +3,7 @@
 
 use clap::Args;
 use weft::engine::{Backend, WaitMode};
-use weft::transport::ping::{engine, std_busy_poll, PingRow};
+use weft::transport::ping::{compare, engine, PingRow};
 use weft::transport::NodeOptions;
 
 /// Arguments of `weft ping`.
@@ -31,6 +31,10 @@ pub struct PingArgs {
     /// Also run the std-library busy-poll ping-pong with the same sizes and print ratios.
     #[arg(long)]
     compare: bool,
+    /// With --compare: weft and the peer take turns in this many rounds of iters/rounds round
+    /// trips each, so that the host's slow and fast spells fall on both.
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
@@ -52,11 +56,10 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         zerocopy_min: a.zerocopy_min,
         ..NodeOptions::default()
     };
-    let ours = engine(&a.sizes, a.iters, opts)?;
-    let peer = if a.compare {
-        std_busy_poll(&a.sizes, a.iters)?
+    let (ours, peer) = if a.compare {
+        compare(&a.sizes, a.iters, a.rounds, opts)?
     } else {
-        Vec::new()
+        (engine(&a.sizes, a.iters, opts)?, Vec::new())
     };
     if a.json {
         for r in ours.iter().chain(&peer) {

@@ -189,9 +189,41 @@ impl StealMeter {
     /// Stolen CPU time since the start, % of all online CPUs' time; `None` without a reading.
     /// The kernel counts in clock ticks (10 ms), so a run under a second reads 0 or a step.
     pub fn pct(&self) -> Option<f64> {
+        StealTally::default().with(self).pct()
+    }
+
+    /// Stolen CPU time and wall time since the start; `None` without a reading.
+    fn reading(&self) -> Option<(Duration, Duration)> {
         let stolen = host_steal()?.saturating_sub(self.before?);
-        let cpus_time = self.started.elapsed().as_secs_f64() * online_cpus() as f64;
-        (cpus_time > 0.0).then(|| 100.0 * stolen.as_secs_f64() / cpus_time)
+        Some((stolen, self.started.elapsed()))
+    }
+}
+
+/// The steal of several measured intervals together (runs that take turns with a peer's).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StealTally {
+    stolen: Duration,
+    wall: Duration,
+    unknown: bool,
+}
+
+impl StealTally {
+    /// Add the interval `m` has measured so far.
+    pub fn with(mut self, m: &StealMeter) -> Self {
+        match m.reading() {
+            Some((stolen, wall)) => {
+                self.stolen += stolen;
+                self.wall += wall;
+            }
+            None => self.unknown = true,
+        }
+        self
+    }
+
+    /// Stolen CPU time over all the intervals, % of all online CPUs' time in them.
+    pub fn pct(&self) -> Option<f64> {
+        let cpus_time = self.wall.as_secs_f64() * online_cpus() as f64;
+        (!self.unknown && cpus_time > 0.0).then(|| 100.0 * self.stolen.as_secs_f64() / cpus_time)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
-use crate::engine::{choose_backend, EngineError, StealMeter};
+use crate::engine::{choose_backend, EngineError, StealMeter, StealTally};
 use crate::metrics::{histogram, summarize};
 use crate::proto::ping::PingPong;
 use crate::proto::Event;
@@ -42,9 +42,8 @@ fn rows_from(
     sizes: &[usize],
     backend: &str,
     wait: &str,
-    steal: StealMeter,
+    steal_pct: Option<f64>,
 ) -> Vec<PingRow> {
-    let steal_pct = steal.pct();
     sizes
         .iter()
         .filter_map(|&size| {
@@ -74,7 +73,66 @@ fn rows_from(
 pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<PingRow>, EngineError> {
     let steal = StealMeter::start();
     let backend = choose_backend(opts.backend)?;
-    let wait = opts.wait;
+    let rtts = engine_rtts(sizes, iters, backend, opts.clone())?;
+    Ok(rows_from(
+        &rtts,
+        sizes,
+        &backend.to_string(),
+        &opts.wait.to_string(),
+        steal.pct(),
+    ))
+}
+
+/// weft and the std peer ([`std_busy_poll_rtts`]) taking turns: `rounds` rounds, each running
+/// weft's ping-pong and then the peer's for about `iters / rounds` round trips per size. A
+/// shared host's slow and fast spells last from a fraction of a second to seconds, so with
+/// turns both sides meet the same ones and their ratio holds; run one after the other, a
+/// spell can fall on one side alone. Returns weft's rows and the peer's.
+pub fn compare(
+    sizes: &[usize],
+    iters: u64,
+    rounds: u64,
+    opts: NodeOptions,
+) -> Result<(Vec<PingRow>, Vec<PingRow>), EngineError> {
+    let backend = choose_backend(opts.backend)?;
+    let rounds = rounds.clamp(1, iters.max(1));
+    let (mut ours, mut peers) = (HashMap::new(), HashMap::new());
+    let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
+    for r in 0..rounds {
+        // Spread the remainder so that the rounds add up to `iters`.
+        let n = iters / rounds + u64::from(r < iters % rounds);
+        let steal = StealMeter::start();
+        merge(&mut ours, engine_rtts(sizes, n, backend, opts.clone())?);
+        our_steal = our_steal.with(&steal);
+        let steal = StealMeter::start();
+        merge(&mut peers, std_busy_poll_rtts(sizes, n)?);
+        peer_steal = peer_steal.with(&steal);
+    }
+    Ok((
+        rows_from(
+            &ours,
+            sizes,
+            &backend.to_string(),
+            &opts.wait.to_string(),
+            our_steal.pct(),
+        ),
+        rows_from(&peers, sizes, "std-busy", "busy", peer_steal.pct()),
+    ))
+}
+
+fn merge(into: &mut HashMap<usize, Vec<u64>>, from: HashMap<usize, Vec<u64>>) {
+    for (size, rtts) in from {
+        into.entry(size).or_default().extend(rtts);
+    }
+}
+
+/// [`engine`]'s raw round-trip times in nanoseconds, per size, on `backend`.
+fn engine_rtts(
+    sizes: &[usize],
+    iters: u64,
+    backend: crate::engine::Backend,
+    opts: NodeOptions,
+) -> Result<HashMap<usize, Vec<u64>>, EngineError> {
     let opts = NodeOptions {
         backend: Some(backend),
         pin: true,
@@ -114,13 +172,7 @@ pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<Ping
     for &(size, rtt) in pinger.samples() {
         rtts.entry(size).or_default().push(rtt);
     }
-    Ok(rows_from(
-        &rtts,
-        sizes,
-        &backend.to_string(),
-        &wait.to_string(),
-        steal,
-    ))
+    Ok(rtts)
 }
 
 fn pin(core: usize) {
@@ -170,14 +222,8 @@ pub(crate) fn spin_write(s: &mut impl Write, buf: &[u8]) -> std::io::Result<()> 
 }
 
 /// The peer: the same ping-pong over std `TcpStream`s, non-blocking and busy-polled, each end
-/// pinned like the engine's nodes. An 8-byte length prefix frames each message.
-pub fn std_busy_poll(sizes: &[usize], iters: u64) -> std::io::Result<Vec<PingRow>> {
-    let steal = StealMeter::start();
-    let rtts = std_busy_poll_rtts(sizes, iters)?;
-    Ok(rows_from(&rtts, sizes, "std-busy", "busy", steal))
-}
-
-/// [`std_busy_poll`]'s raw round-trip times in nanoseconds, per size.
+/// pinned like the engine's nodes. An 8-byte length prefix frames each message. Returns the
+/// round-trip times in nanoseconds, per size.
 pub fn std_busy_poll_rtts(
     sizes: &[usize],
     iters: u64,
