@@ -225,33 +225,37 @@ impl FrameDecoder {
         self.buf.len() - self.read
     }
 
-    /// The next complete frame. `Ok(None)` means "need more bytes". An error poisons the
+    /// The next complete frame (padding frames are skipped). `Ok(None)` means "need more
+    /// bytes". An error poisons the
     /// decoder: the connection must be closed, since the stream can no longer be trusted to be
     /// in sync.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
         if self.failed {
             return Err(WireError::Poisoned);
         }
-        let rest = &self.buf[self.read..];
-        let header = match FrameHeader::parse(rest, self.max_body) {
-            Ok(Some(h)) => h,
-            Ok(None) => return Ok(None),
-            Err(e) => {
-                self.failed = true;
-                return Err(e);
+        loop {
+            let rest = &self.buf[self.read..];
+            let header = match FrameHeader::parse(rest, self.max_body) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
+            };
+            if rest.len() < header.frame_len() {
+                return Ok(None);
             }
-        };
-        if rest.len() < header.frame_len() {
-            return Ok(None);
+            let start = self.read + HEADER_LEN;
+            self.read += header.frame_len();
+            if header.kind != Kind::Pad {
+                return Ok(Some(Frame {
+                    kind: header.kind,
+                    buf: self.buf.clone(),
+                    body: start..start + header.body_len as usize,
+                }));
+            }
         }
-        let start = self.read + HEADER_LEN;
-        let body = start..start + header.body_len as usize;
-        self.read += header.frame_len();
-        Ok(Some(Frame {
-            kind: header.kind,
-            buf: self.buf.clone(),
-            body,
-        }))
     }
 }
 
@@ -296,6 +300,31 @@ mod tests {
         }
         assert_eq!(got, msgs);
         assert_eq!(d.buffered(), 0);
+    }
+
+    /// Padding frames never come out, however many there are in a row.
+    #[test]
+    fn padding_frames_are_skipped() {
+        let mut stream = Vec::new();
+        for _ in 0..200_000 {
+            stream.extend_from_slice(&FrameHeader::encode(Kind::Pad, 0));
+        }
+        write_frame_pad(&mut stream, 40);
+        let msg = Msg::Up { ident: 3, hop: 1 };
+        msg.write_frame(&mut stream).unwrap();
+        let mut d = FrameDecoder::default();
+        d.push(&stream);
+        let f = d.next_frame().unwrap().unwrap();
+        let got: Msg =
+            rkyv::deserialize::<Msg, rkyv::rancor::BoxedError>(Msg::access(f.body()).unwrap())
+                .unwrap();
+        assert_eq!(got, msg);
+        assert!(d.next_frame().unwrap().is_none());
+        assert_eq!(d.buffered(), 0);
+    }
+
+    fn write_frame_pad(out: &mut Vec<u8>, body: u32) {
+        crate::wire::frame::write_frame(Kind::Pad, &vec![0; body as usize], out).unwrap();
     }
 
     /// A frame that finds the decoder empty starts on a page: on a fresh decoder, after the
@@ -582,6 +611,16 @@ mod seeds {
             let f = d.next_frame().unwrap().expect("a whole frame");
             assert_eq!((16 + f.body().len()).div_ceil(16) * 16, s.len());
         }
+        // A padding frame in front of the first message: the decoder skips it.
+        let mut padded = Vec::new();
+        crate::wire::frame::write_frame(crate::wire::Kind::Pad, &[0; 32], &mut padded).unwrap();
+        padded.extend_from_slice(&seeds[0]);
+        let mut d = FrameDecoder::default();
+        d.push(&padded);
+        let f = d.next_frame().unwrap().expect("the message");
+        assert_eq!(f.body(), &seeds[0][16..16 + f.body().len()]);
+        assert!(d.next_frame().unwrap().is_none());
+        seeds.push(padded);
         if let Ok(dir) = std::env::var("WEFT_WRITE_FUZZ_SEEDS") {
             std::fs::create_dir_all(&dir).unwrap();
             for (i, s) in seeds.iter().enumerate() {

@@ -4,7 +4,8 @@
 //! offset size field
 //!      0    4 magic "WEFT"
 //!      4    1 version (1)
-//!      5    1 kind: 1 = protocol message (`Msg`), 2 = `Hello`, 3 = `Auth` (handshake)
+//!      5    1 kind: 1 = protocol message (`Msg`), 2 = `Hello`, 3 = `Auth` (handshake),
+//!             4 = padding (skipped by the receiver)
 //!      6    2 zero
 //!      8    4 body length B (u32 little endian, <= the receiver's maximum)
 //!     12    4 zero
@@ -37,6 +38,9 @@ pub enum Kind {
     Hello = 2,
     /// Handshake: proof of the job key.
     Auth = 3,
+    /// Padding, skipped by the receiver's decoder: moves the next frame's bytes within the
+    /// sender's kernel pages (see [`super::sendq`]). Peers send it from handshake version 2.
+    Pad = 4,
 }
 
 impl Kind {
@@ -45,6 +49,7 @@ impl Kind {
             1 => Some(Kind::Msg),
             2 => Some(Kind::Hello),
             3 => Some(Kind::Auth),
+            4 => Some(Kind::Pad),
             _ => None,
         }
     }

@@ -20,8 +20,9 @@ use rkyv::{Archive, Deserialize, Serialize};
 use sha2::Sha256;
 use std::path::Path;
 
-/// Handshake protocol version.
-pub const HANDSHAKE_VERSION: u16 = 1;
+/// Handshake protocol version: 2 since peers may send padding frames ([`Kind::Pad`]), which
+/// a version-1 decoder refuses.
+pub const HANDSHAKE_VERSION: u16 = 2;
 
 /// The secret every process of one job shares.
 #[derive(Clone, PartialEq, Eq)]
