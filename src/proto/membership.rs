@@ -33,10 +33,11 @@
 //!   the hold runs out or an epoch comes without the failure.
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
+use crate::id::IdMap;
 use crate::topology::radix::RadixTree;
 use crate::topology::recalc::{self, Neighbors};
 use crate::{NodeId, Rank};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,8 +179,8 @@ pub enum MemberEvent {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdTree {
     root: Option<NodeId>,
-    parent: HashMap<NodeId, NodeId>,
-    children: HashMap<NodeId, Vec<NodeId>>,
+    parent: IdMap<NodeId, NodeId>,
+    children: IdMap<NodeId, Vec<NodeId>>,
 }
 
 impl IdTree {
@@ -391,7 +392,7 @@ pub struct Membership {
     version: u64,
     probe_seq: u64,
     /// Probes awaiting an answer: peer → (seq, deadline).
-    outstanding: HashMap<NodeId, (u64, Time)>,
+    outstanding: IdMap<NodeId, (u64, Time)>,
 }
 
 impl Membership {
@@ -429,7 +430,7 @@ impl Membership {
             now: Time::ZERO,
             version: 0,
             probe_seq: 0,
-            outstanding: HashMap::new(),
+            outstanding: IdMap::default(),
         };
         m.nb = m.neighbors_in_state();
         m.state.root = m.nb.root;

@@ -25,6 +25,7 @@ mod ring;
 use super::timers::Timers;
 use super::uring::Uring;
 use super::{Backend, EngineError, WaitMode, SPIN};
+use crate::id::IdMap;
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::{Handshake, Identity, Role};
 use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
@@ -124,7 +125,7 @@ struct Host<P> {
     peers: HashMap<NodeId, SocketAddr>,
     listener: TcpListener,
     /// The connection each peer's messages are sent on.
-    route: HashMap<NodeId, usize>,
+    route: IdMap<NodeId, usize>,
     proto: P,
     retire: Sender<P>,
 }
@@ -134,7 +135,7 @@ pub struct Reactor<P: Protocol> {
     cfg: ReactorConfig,
     poll: Poll,
     hosts: Vec<Option<Host<P>>>,
-    by_id: HashMap<NodeId, usize>,
+    by_id: IdMap<NodeId, usize>,
     conns: Vec<Option<Conn>>,
     /// Empty slots of `conns`, reused before the vector grows (a reactor hosting hundreds of
     /// nodes opens thousands of connections: no scan for a free slot per connection).
@@ -152,12 +153,12 @@ pub struct Reactor<P: Protocol> {
     uring: Option<Uring>,
     generation: u32,
     /// io_uring sends in flight, by id (they outlive their connection if it closes first).
-    sends: HashMap<u64, Box<SendOp>>,
+    sends: IdMap<u64, Box<SendOp>>,
     next_send: u64,
     /// io_uring connects in flight: the address each was given, kept until it completes.
-    connects: HashMap<u64, Box<socket2::SockAddr>>,
+    connects: IdMap<u64, Box<socket2::SockAddr>>,
     /// io_uring receives straight into decoders in flight: the room each was lent.
-    lent: HashMap<u64, crate::wire::decoder::Lent>,
+    lent: IdMap<u64, crate::wire::decoder::Lent>,
     /// Finished send records, reused. Boxed because an op in flight must not move, and a
     /// reused box goes back into `sends` without a new allocation.
     #[allow(clippy::vec_box)]
@@ -207,7 +208,7 @@ where
             Backend::Poll => None,
         };
         let mut hosted = Vec::with_capacity(hosts.len());
-        let mut by_id = HashMap::new();
+        let mut by_id = IdMap::default();
         for (h, spec) in hosts.into_iter().enumerate() {
             spec.listener.set_nonblocking(true)?;
             let mut listener = TcpListener::from_std(spec.listener);
@@ -230,7 +231,7 @@ where
                 identity: spec.identity,
                 peers: spec.peers,
                 listener,
-                route: HashMap::new(),
+                route: IdMap::default(),
                 proto: spec.proto,
                 retire: spec.retire,
             }));
@@ -252,11 +253,11 @@ where
             stop: false,
             uring,
             generation: 0,
-            sends: HashMap::new(),
+            sends: IdMap::default(),
             next_send: 0,
-            connects: HashMap::new(),
+            connects: IdMap::default(),
             spare_sends: Vec::new(),
-            lent: HashMap::new(),
+            lent: IdMap::default(),
             touched: Vec::new(),
             rearm: Vec::new(),
             hot: Vec::new(),
