@@ -458,3 +458,92 @@ fn each_protocol_is_built_on_the_reactor_thread_that_runs_it() {
         c.shutdown().unwrap();
     }
 }
+
+/// Echoes with pauses: node 0 sends a ping, waits `PAUSE` after each echo, and sends the next,
+/// `ROUNDS` times. With adaptive reactors each pause is long enough for them to stop spinning
+/// and block, after the connection was hot (read directly, out of epoll on the poll backend):
+/// a reactor that blocked without epoll watching the connection again would never see the
+/// next ping.
+struct Pauser {
+    peer: Option<NodeId>,
+    left: u32,
+}
+
+const PAUSE: Duration = Duration::from_millis(5);
+const ROUNDS: u32 = 20;
+
+impl weft::proto::Protocol for Pauser {
+    type Msg = weft::proto::ping::PingMsg;
+
+    fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
+        if self.peer.is_some() {
+            out.set_timer(weft::proto::TimerId(1), PAUSE);
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        _now: weft::proto::Time,
+        from: NodeId,
+        msg: Self::Msg,
+        out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+        use weft::proto::ping::PingMsg;
+        match msg {
+            PingMsg::Ping { seq, payload } => out.send(from, PingMsg::Pong { seq, payload }),
+            PingMsg::Pong { .. } => {
+                self.left -= 1;
+                if self.left == 0 {
+                    out.report(Event::Done);
+                } else {
+                    out.set_timer(weft::proto::TimerId(1), PAUSE);
+                }
+            }
+        }
+    }
+
+    fn on_timer(
+        &mut self,
+        _now: weft::proto::Time,
+        _timer: weft::proto::TimerId,
+        out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+        if let Some(peer) = self.peer {
+            out.send(
+                peer,
+                weft::proto::ping::PingMsg::Ping {
+                    seq: u64::from(self.left),
+                    payload: vec![1; 64].into(),
+                },
+            );
+        }
+    }
+}
+
+#[test]
+fn adaptive_reactors_see_messages_after_blocking() {
+    for backend in BACKENDS {
+        let c = Cluster::start(
+            2,
+            NodeOptions {
+                wait: WaitMode::Adaptive,
+                ..opts_for(backend)
+            },
+            move |i, ids| Pauser {
+                peer: (i == 0).then(|| ids[1]),
+                left: ROUNDS,
+            },
+        )
+        .unwrap();
+        let seen = collect(&c.events, 20, |s| {
+            s.iter()
+                .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
+        });
+        assert!(
+            seen.iter()
+                .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
+            "{backend:?}: {seen:?}"
+        );
+        c.shutdown().unwrap();
+    }
+}

@@ -36,6 +36,11 @@ pub(super) struct Conn {
     pub(super) dialed: Option<NodeId>,
     /// Frames waiting for authentication (our own connections only).
     pub(super) queued: SendQueue,
+    /// poll: epoll watches the socket. A spinning reactor takes its hot connections (read
+    /// directly every turn) out of epoll while they have nothing left to send: a watched
+    /// socket costs every arriving segment a callback into epoll, under its lock, in the
+    /// sender's delivery path (+0.2 µs one-way at 32 B, measured on a std ping-pong).
+    pub(super) watched: bool,
     /// io_uring: our connect has not completed yet (nothing is received or sent before).
     pub(super) connecting: bool,
     /// io_uring: the multishot receive was asked to end (a large frame is under way).

@@ -321,8 +321,16 @@ where
                 (None, hot) => (32 / hot).max(1) as u32,
             };
             let ask_epoll = !spinning || spins.is_multiple_of(every);
-            if spinning && self.uring.is_none() && self.read_hot()? {
-                last_activity = Instant::now();
+            if spinning && self.uring.is_none() {
+                if self.read_hot()? {
+                    last_activity = Instant::now();
+                }
+                self.unwatch_hot();
+            } else if self.uring.is_none() {
+                // About to block: epoll must see every connection again.
+                for i in 0..self.hot.len() {
+                    self.watch(self.hot[i].0)?;
+                }
             }
             if let Some(u) = self.uring.as_mut() {
                 u.set_wakeups(!spinning);
@@ -545,6 +553,7 @@ where
             peer: None,
             dialed,
             queued: SendQueue::new(),
+            watched: true,
             connecting,
             ending: false,
             sending: false,
@@ -670,7 +679,8 @@ where
             let generation = conn.generation;
             if !self.hot.contains(&(slot, generation)) {
                 if self.hot.len() == HOT_MAX {
-                    self.hot.remove(0);
+                    let (cold, _) = self.hot.remove(0);
+                    self.watch(cold).map_err(|e| e.to_string())?;
                 }
                 self.hot.push((slot, generation));
             }
@@ -701,6 +711,39 @@ where
             i += 1;
         }
         Ok(any)
+    }
+
+    /// Poll backend, spinning: take the hot connections that have nothing left to send out
+    /// of epoll (see [`Conn::watched`]); [`Self::read_hot`] reads them every turn, which sees
+    /// data, the end of the stream and errors alike.
+    fn unwatch_hot(&mut self) {
+        for i in 0..self.hot.len() {
+            let (slot, generation) = self.hot[i];
+            let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+                continue;
+            };
+            if conn.generation == generation && conn.watched && conn.out.is_empty() {
+                conn.watched = self.poll.registry().deregister(&mut conn.stream).is_err();
+            }
+        }
+    }
+
+    /// Poll backend: have epoll watch `slot` again (a reactor about to block, a connection
+    /// no longer hot). Registering reports readiness that is already there, so nothing that
+    /// arrived while unwatched is missed.
+    fn watch(&mut self, slot: usize) -> std::io::Result<()> {
+        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return Ok(());
+        };
+        if !conn.watched {
+            self.poll.registry().register(
+                &mut conn.stream,
+                Token(slot + FIRST_CONN),
+                Interest::READABLE | Interest::WRITABLE,
+            )?;
+            conn.watched = true;
+        }
+        Ok(())
     }
 
     /// Turn complete frames into handshake steps or messages.
@@ -755,7 +798,20 @@ where
             return Ok(());
         };
         let Some(u) = self.uring.as_mut() else {
-            return conn.flush().map_err(|e| e.to_string());
+            conn.flush().map_err(|e| e.to_string())?;
+            // What the socket did not take waits for its writable edge: epoll must watch.
+            if !conn.out.is_empty() && !conn.watched {
+                self.poll
+                    .registry()
+                    .register(
+                        &mut conn.stream,
+                        Token(slot + FIRST_CONN),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )
+                    .map_err(|e| e.to_string())?;
+                conn.watched = true;
+            }
+            return Ok(());
         };
         if conn.connecting || conn.sending || conn.out.is_empty() {
             return Ok(());
