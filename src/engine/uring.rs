@@ -41,6 +41,52 @@ const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
 /// The `user_data` of the cancellation [`Uring::cancel_all`] submits.
 const CANCEL_ALL: u64 = u64::MAX;
 
+/// Anonymous memory straight from `mmap`: page-aligned, and zero pages until first written
+/// (an aligned `alloc_zeroed` would write every byte of megabytes of receive buffers at
+/// start-up instead).
+struct Pages {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Pages {
+    fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for Pages {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped readable (zero until written) for as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len.max(1)) };
+    }
+}
+
 /// A ring plus its provided receive buffers.
 pub struct Uring {
     ring: IoUring,
@@ -48,7 +94,7 @@ pub struct Uring {
     /// that starts a sender's write then lands at the same page offset it was copied from in
     /// the sender's kernel, which keeps the kernel's copy out of AMD Zen's 4K-aliasing slow
     /// case (see `wire::decoder`).
-    bufs: rkyv::util::AlignedVec<4096>,
+    bufs: Pages,
     buf_size: u32,
     /// The shared ring of buffer descriptors (page aligned, `entries` × 16 bytes).
     ring_mem: *mut types::BufRingEntry,
@@ -114,12 +160,7 @@ impl Uring {
         }
         let mut me = Self {
             ring,
-            bufs: {
-                let mut bufs =
-                    rkyv::util::AlignedVec::with_capacity(entries as usize * buf_size as usize);
-                bufs.resize(entries as usize * buf_size as usize, 0);
-                bufs
-            },
+            bufs: Pages::new(entries as usize * buf_size as usize)?,
             buf_size,
             ring_mem,
             layout,
