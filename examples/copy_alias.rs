@@ -9,43 +9,15 @@
 //!
 //! `cargo run --release --example copy_alias -- [size] [offset ...]`
 
-use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
-use weft::transport::ping::page_buffer;
+use weft::transport::ping::{page_buffer, spin_read as receive, spin_write as send};
 
 const PER_TURN: usize = 20;
 const TURNS: usize = 60;
 
 fn pin(core: usize) {
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
-}
-
-/// Write all of `buf` to a non-blocking socket, spinning.
-fn send(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
-    let mut at = 0;
-    while at < buf.len() {
-        match s.write(&buf[at..]) {
-            Ok(n) => at += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Fill `buf` from a non-blocking socket, spinning.
-fn receive(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    let mut at = 0;
-    while at < buf.len() {
-        match s.read(&mut buf[at..]) {
-            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => at += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 fn main() -> std::io::Result<()> {

@@ -47,6 +47,17 @@ fn collect(
     seen
 }
 
+/// Wait up to `secs` for some node to report `Done`; fail with `context` and everything seen
+/// if none does.
+fn wait_done(events: &std::sync::mpsc::Receiver<(NodeId, NodeEvent)>, secs: u64, context: &str) {
+    let done = |s: &[(NodeId, NodeEvent)]| {
+        s.iter()
+            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
+    };
+    let seen = collect(events, secs, done);
+    assert!(done(&seen), "{context}: {seen:?}");
+}
+
 #[test]
 fn ping_pong_over_loopback_all_sizes() {
     for backend in BACKENDS {
@@ -94,15 +105,7 @@ fn ping_pong_over_loopback_all_sizes_with(opts: NodeOptions) {
         }
     })
     .unwrap();
-    let seen = collect(&c.events, 30, |s| {
-        s.iter()
-            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
-    });
-    assert!(
-        seen.iter()
-            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
-        "{seen:?}"
-    );
+    wait_done(&c.events, 30, "ping-pong");
     let pinger = c.stop_all().unwrap().into_iter().next().unwrap();
     let trips: Vec<usize> = pinger.samples().iter().map(|&(size, _)| size).collect();
     assert_eq!(trips.len(), 50 * sizes.len());
@@ -343,15 +346,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
     };
     let _p = weft::transport::spawn(spec, &o2, PingPong::pinger(ponger.id, vec![32], 10, 0), tx)
         .unwrap();
-    let seen = collect(&rx, 10, |s| {
-        s.iter()
-            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
-    });
-    assert!(
-        seen.iter()
-            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
-        "node stopped serving: {seen:?}"
-    );
+    wait_done(&rx, 10, "node stopped serving");
 }
 
 #[test]
@@ -535,15 +530,7 @@ fn adaptive_reactors_see_messages_after_blocking() {
             },
         )
         .unwrap();
-        let seen = collect(&c.events, 20, |s| {
-            s.iter()
-                .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
-        });
-        assert!(
-            seen.iter()
-                .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done)),
-            "{backend:?}: {seen:?}"
-        );
+        wait_done(&c.events, 20, &format!("{backend:?}"));
         c.shutdown().unwrap();
     }
 }

@@ -190,8 +190,8 @@ pub fn page_buffer(len: usize, fill: u8) -> rkyv::util::AlignedVec<4096> {
     buf
 }
 
-/// Read exactly `buf.len()` bytes from a non-blocking socket, spinning.
-fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+/// Read exactly `buf.len()` bytes from a non-blocking socket, spinning (the peers' receives).
+pub fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
         match s.read(&mut buf[at..]) {
@@ -207,7 +207,7 @@ fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
 
 /// Write all of `buf` to a non-blocking socket, spinning (the peers' sends: no engine, no
 /// queue).
-pub(crate) fn spin_write(s: &mut impl Write, buf: &[u8]) -> std::io::Result<()> {
+pub fn spin_write(s: &mut impl Write, buf: &[u8]) -> std::io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
         match s.write(&buf[at..]) {
