@@ -168,6 +168,8 @@ pub struct Reactor<P: Protocol> {
     rearm: Vec<(usize, u32)>,
     /// Poll backend: the connections that received most recently (see `read_hot`).
     hot: Vec<(usize, u32)>,
+    /// Poll backend: some hot connection may be out of epoll (see [`Conn::watched`]).
+    unwatched: bool,
     /// Sockets of connections that ended, not yet shut down (see [`Self::close`]).
     lost: Vec<TcpStream>,
 }
@@ -261,6 +263,7 @@ where
             touched: Vec::new(),
             rearm: Vec::new(),
             hot: Vec::new(),
+            unwatched: false,
             lost: Vec::new(),
         })
     }
@@ -326,7 +329,7 @@ where
                     last_activity = Instant::now();
                 }
                 self.unwatch_hot();
-            } else if self.uring.is_none() {
+            } else if std::mem::take(&mut self.unwatched) {
                 // About to block: epoll must see every connection again.
                 for i in 0..self.hot.len() {
                     self.watch(self.hot[i].0)?;
@@ -724,6 +727,7 @@ where
             };
             if conn.generation == generation && conn.watched && conn.out.is_empty() {
                 conn.watched = self.poll.registry().deregister(&mut conn.stream).is_err();
+                self.unwatched |= !conn.watched;
             }
         }
     }
