@@ -21,26 +21,61 @@ use std::ops::Deref;
 /// whole receive buffer.
 pub const SHARE_MIN: usize = 4096;
 
+/// Payloads up to this many bytes live inside the [`Payload`] itself: a small message costs
+/// no allocation on receipt and no free when it is dropped (about 300 instructions of the
+/// roughly 2 700 a reactor spent per 32-byte message, callgrind).
+pub const INLINE_MAX: usize = 38;
+
 /// Bytes a protocol carries without interpreting them.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct Payload(Bytes);
+#[derive(Clone)]
+pub struct Payload(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// At most [`INLINE_MAX`] bytes, in place.
+    Inline { len: u8, bytes: [u8; INLINE_MAX] },
+    /// Reference-counted bytes, shared with a receive buffer or a sender.
+    Shared(Bytes),
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::inline(&[])
+    }
+}
 
 impl Payload {
-    /// Wrap shared bytes.
-    pub fn from_bytes(b: Bytes) -> Self {
-        Payload(b)
+    /// `b` in place; the caller checked `b.len() <= INLINE_MAX`.
+    fn inline(b: &[u8]) -> Self {
+        let mut bytes = [0u8; INLINE_MAX];
+        bytes[..b.len()].copy_from_slice(b);
+        Payload(Repr::Inline {
+            len: b.len() as u8,
+            bytes,
+        })
     }
 
-    /// The shared bytes.
-    pub fn bytes(&self) -> &Bytes {
-        &self.0
+    /// Wrap shared bytes.
+    pub fn from_bytes(b: Bytes) -> Self {
+        Payload(Repr::Shared(b))
+    }
+
+    /// The bytes as a `Bytes`: a new handle on shared ones, a copy of inline ones.
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.0 {
+            Repr::Shared(b) => b.clone(),
+            Repr::Inline { .. } => Bytes::copy_from_slice(self),
+        }
     }
 
     /// A payload that shares `sub`, a part of this one (what a serializer that met `sub` while
     /// writing this payload sends by reference); `None` if `sub` is not inside it.
     pub fn share(&self, sub: &[u8]) -> Option<Payload> {
-        let at = offset_within(&self.0, sub)?;
-        Some(Payload(self.0.slice(at..at + sub.len())))
+        let at = offset_within(self, sub)?;
+        Some(match &self.0 {
+            Repr::Shared(b) => Payload(Repr::Shared(b.slice(at..at + sub.len()))),
+            Repr::Inline { .. } => Payload::inline(sub),
+        })
     }
 }
 
@@ -53,31 +88,57 @@ pub(crate) fn offset_within(outer: &[u8], sub: &[u8]) -> Option<usize> {
 impl Deref for Payload {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..*len as usize],
+            Repr::Shared(b) => b,
+        }
     }
 }
 
 impl AsRef<[u8]> for Payload {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        self
+    }
+}
+
+/// Payloads are equal when their bytes are, wherever they live.
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::hash::Hash for Payload {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self[..].hash(state)
     }
 }
 
 impl From<Vec<u8>> for Payload {
     fn from(v: Vec<u8>) -> Self {
-        Payload(Bytes::from(v))
+        if v.len() <= INLINE_MAX {
+            Payload::inline(&v)
+        } else {
+            Payload(Repr::Shared(Bytes::from(v)))
+        }
     }
 }
 
 impl From<&[u8]> for Payload {
     fn from(v: &[u8]) -> Self {
-        Payload(Bytes::copy_from_slice(v))
+        if v.len() <= INLINE_MAX {
+            Payload::inline(v)
+        } else {
+            Payload(Repr::Shared(Bytes::copy_from_slice(v)))
+        }
     }
 }
 
 impl std::fmt::Debug for Payload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Payload({} bytes)", self.0.len())
+        write!(f, "Payload({} bytes)", self.len())
     }
 }
 
@@ -115,6 +176,29 @@ mod tests {
         let other = vec![10u8; 10];
         assert!(p.share(&other).is_none());
         assert!(p.share(&p[90..]).is_some());
+    }
+
+    /// Small payloads live in place, large ones are shared; both read and compare alike.
+    #[test]
+    fn small_payloads_are_inline_and_equal_to_shared_ones() {
+        for n in [0, 1, INLINE_MAX, INLINE_MAX + 1, 5000] {
+            let data: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
+            let p = Payload::from(data.clone());
+            assert_eq!(&p[..], &data[..]);
+            assert_eq!(
+                matches!(p.0, Repr::Inline { .. }),
+                n <= INLINE_MAX,
+                "{n} bytes"
+            );
+            let shared = Payload::from_bytes(Bytes::from(data.clone()));
+            assert_eq!(p, shared);
+            assert_eq!(p.to_bytes(), Bytes::from(data.clone()));
+            let q = p.clone();
+            assert_eq!(&q[..], &data[..], "a clone of {n} bytes");
+            if n > 2 {
+                assert_eq!(&p.share(&p[1..n - 1]).unwrap()[..], &data[1..n - 1]);
+            }
+        }
     }
 
     #[test]

@@ -229,7 +229,7 @@ impl<E> Writer<E> for GatherWriter<'_> {
         };
         match shared {
             Some(s) => {
-                self.splices.push((self.open.len(), s.bytes().clone()));
+                self.splices.push((self.open.len(), s.to_bytes()));
                 self.spliced += bytes.len();
             }
             None => self.open.extend_from_slice(bytes),
