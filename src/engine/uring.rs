@@ -596,7 +596,11 @@ mod tests {
                 u.poke().unwrap();
                 u.drain(|c| {
                     let chunk = c.result.unwrap();
-                    assert_eq!(chunk.as_ptr() as usize % 4096, 0, "round {round}");
+                    assert_eq!(
+                        chunk.as_ptr() as usize % crate::wire::PAGE,
+                        0,
+                        "round {round}"
+                    );
                     seen += chunk.len();
                 });
             }

@@ -184,7 +184,7 @@ fn pin(core: usize) {
 /// bytes past the source's page offset (4K aliasing, see `wire::decoder`), and `vec!` puts a
 /// large buffer 16 bytes into a page, which is that case. A page start gives the peers their
 /// fastest copies, as weft's receive buffers have.
-pub fn page_buffer(len: usize, fill: u8) -> rkyv::util::AlignedVec<4096> {
+pub fn page_buffer(len: usize, fill: u8) -> rkyv::util::AlignedVec<{ crate::wire::PAGE }> {
     let mut buf = rkyv::util::AlignedVec::with_capacity(len);
     buf.resize(len, fill);
     buf

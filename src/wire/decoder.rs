@@ -26,7 +26,7 @@ type Buf = Arc<AlignedVec<PAGE>>;
 /// eighth of its speed when the destination is 8..24 bytes ahead of the source modulo 4 KiB
 /// (4K aliasing). A frame 16 bytes into an allocation, where glibc puts a large `malloc`, is
 /// exactly that. See `bluegene_notes/engine-latency.md`.
-const PAGE: usize = 4096;
+pub const PAGE: usize = 4096;
 
 /// Bytes asked of the socket per read when no large frame is pending: what a burst of small
 /// messages needs, kept small because a job holds thousands of connections (a large frame in

@@ -11,7 +11,7 @@ pub mod msg;
 pub mod payload;
 pub mod sendq;
 
-pub use decoder::{Frame, FrameDecoder};
+pub use decoder::{Frame, FrameDecoder, PAGE};
 pub use frame::Kind;
 pub use msg::{ArchivedMsg, Msg, WireMsg};
 pub use payload::Payload;

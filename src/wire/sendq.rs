@@ -14,6 +14,7 @@
 
 use super::frame::{padded, FrameHeader, Kind, HEADER_LEN};
 use super::payload::{Payload, SHARE_MIN};
+use super::PAGE;
 use super::{Msg, WireError};
 use bytes::{Buf, Bytes, BytesMut};
 use rkyv::rancor::BoxedError;
@@ -36,12 +37,17 @@ const ALIAS_WINDOW: usize = 64;
 /// frame, which the receiver skips, moves it out of the window. The receiver's copy is not
 /// harmed: its frame moves by the same bytes as the pages it is copied from.
 fn alias_shift(ahead: usize, addr: usize) -> usize {
-    const PAGE: usize = 4096;
-    let past = (ahead % PAGE + PAGE - addr % PAGE) % PAGE;
+    let past = past_own_offset(ahead, addr);
     if past == 0 || past >= ALIAS_WINDOW {
         return 0;
     }
     padded(ALIAS_WINDOW - past).max(HEADER_LEN)
+}
+
+/// How many bytes past `addr`'s page offset a byte `ahead` bytes into a write lands in the
+/// kernel's pages (filled from offset 0), modulo the page.
+fn past_own_offset(ahead: usize, addr: usize) -> usize {
+    (ahead % PAGE + PAGE - addr % PAGE) % PAGE
 }
 
 /// Outgoing bytes of one connection, in order.
@@ -113,7 +119,7 @@ impl SendQueue {
                 max: u32::MAX,
             })
         });
-        let splices = std::mem::take(&mut w.splices);
+        let mut splices = std::mem::take(&mut w.splices);
         let len = match written {
             Ok(len) => len,
             Err(e) => {
@@ -124,9 +130,9 @@ impl SendQueue {
         self.open[start + 8..start + 12].copy_from_slice(&len.to_le_bytes());
         let pad = padded(len as usize) - len as usize;
         self.open.extend_from_slice(&[0u8; 16][..pad]);
-        let mut splices = splices;
         if let Some((at, payload)) = splices.first() {
-            let ahead = self.sealed.iter().map(Bytes::len).sum::<usize>() + at;
+            // Queued before the payload: everything sealed, and `at` bytes of the open buffer.
+            let ahead = self.len() - self.open.len() + at;
             let shift = alias_shift(ahead, payload.as_ptr() as usize);
             if shift > 0 {
                 let frame = self.open.split_off(start);
@@ -380,7 +386,7 @@ mod tests {
     #[test]
     fn payloads_in_the_aliasing_window_are_moved_out_of_it() {
         let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        let mut paged = rkyv::util::AlignedVec::<4096>::with_capacity(bytes.len() + 16);
+        let mut paged = rkyv::util::AlignedVec::<PAGE>::with_capacity(bytes.len() + 16);
         paged.extend_from_slice(&[0; 16]);
         paged.extend_from_slice(&bytes);
         let paged = Bytes::from_owner(paged);
@@ -398,7 +404,7 @@ mod tests {
                 .take_while(|s| s.as_ptr() as usize != p)
                 .map(|s| s.len())
                 .sum();
-            let past = (ahead % 4096 + 4096 - p % 4096) % 4096;
+            let past = past_own_offset(ahead, p);
             assert!(
                 past == 0 || past >= ALIAS_WINDOW,
                 "skew {skew}: {past} bytes past"

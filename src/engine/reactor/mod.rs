@@ -49,6 +49,15 @@ const FIRST_CONN: usize = 2;
 /// Recently active connections a spinning poll reactor reads directly.
 const HOT_MAX: usize = 8;
 
+/// Poll backend: have epoll report `slot`'s socket, readable and writable, edge-triggered.
+fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::Result<()> {
+    poll.registry().register(
+        stream,
+        Token(slot + FIRST_CONN),
+        Interest::READABLE | Interest::WRITABLE,
+    )
+}
+
 /// io_uring: a turn's first send of at most this many bytes is written directly.
 const DIRECT_SEND_MAX: usize = 4096;
 /// Lost connections an idle reactor shuts down per turn (each costs a FIN exchange, ~25 µs
@@ -517,11 +526,7 @@ where
                     u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))?;
                 }
             }
-            None => self.poll.registry().register(
-                &mut conn.stream,
-                Token(slot + FIRST_CONN),
-                Interest::READABLE | Interest::WRITABLE,
-            )?,
+            None => register_conn(&self.poll, &mut conn.stream, slot)?,
         }
         self.conns[slot] = Some(conn);
         Ok(slot)
@@ -747,11 +752,7 @@ where
             return Ok(());
         };
         if !conn.watched {
-            self.poll.registry().register(
-                &mut conn.stream,
-                Token(slot + FIRST_CONN),
-                Interest::READABLE | Interest::WRITABLE,
-            )?;
+            register_conn(&self.poll, &mut conn.stream, slot)?;
             conn.watched = true;
         }
         Ok(())
@@ -811,16 +812,8 @@ where
         let Some(u) = self.uring.as_mut() else {
             conn.flush().map_err(|e| e.to_string())?;
             // What the socket did not take waits for its writable edge: epoll must watch.
-            if !conn.out.is_empty() && !conn.watched {
-                self.poll
-                    .registry()
-                    .register(
-                        &mut conn.stream,
-                        Token(slot + FIRST_CONN),
-                        Interest::READABLE | Interest::WRITABLE,
-                    )
-                    .map_err(|e| e.to_string())?;
-                conn.watched = true;
+            if !conn.out.is_empty() {
+                self.watch(slot).map_err(|e| e.to_string())?;
             }
             return Ok(());
         };
