@@ -17,8 +17,11 @@ use super::payload::{Payload, SHARE_MIN};
 use super::PAGE;
 use super::{Msg, WireError};
 use bytes::{Buf, Bytes, BytesMut};
+use rkyv::api::low::LowSerializer;
 use rkyv::rancor::BoxedError;
+use rkyv::ser::allocator::{ArenaHandle, SubAllocator};
 use rkyv::ser::{Positional, Writer};
+use rkyv::Serialize;
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
@@ -109,16 +112,14 @@ impl SendQueue {
         // The low-level serializer: a `Msg` holds no `Rc`/`Arc` to deduplicate, so the
         // high-level API's sharing registry was pure cost (about 60 instructions a message).
         // The bytes are the same (`gathered_frames_equal_copied_ones`).
-        let written = rkyv::util::with_arena(|arena| {
-            rkyv::api::low::to_bytes_in_with_alloc::<_, _, BoxedError>(msg, &mut w, arena.acquire())
-        })
-        .map_err(|e| WireError::Encode(e.to_string()))
-        .and_then(|w| {
-            u32::try_from(w.pos()).map_err(|_| WireError::TooLarge {
-                len: u32::MAX,
-                max: u32::MAX,
-            })
-        });
+        let written = serialize(msg, &mut w)
+            .map_err(|e| WireError::Encode(e.to_string()))
+            .and_then(|()| {
+                u32::try_from(w.pos()).map_err(|_| WireError::TooLarge {
+                    len: u32::MAX,
+                    max: u32::MAX,
+                })
+            });
         let mut splices = std::mem::take(&mut w.splices);
         let len = match written {
             Ok(len) => len,
@@ -160,6 +161,16 @@ impl SendQueue {
     fn seal(&mut self) {
         if !self.open.is_empty() {
             self.sealed.push_back(self.open.split().freeze());
+        }
+    }
+
+    /// All the queued bytes, if they are one chunk (the usual case between a request and its
+    /// answer): a plain `write` of them needs no gather list.
+    pub fn contiguous(&self) -> Option<&[u8]> {
+        match (self.sealed.len(), self.open.is_empty()) {
+            (0, _) => Some(&self.open),
+            (1, true) => self.sealed.front().map(|b| &b[..]),
+            _ => None,
         }
     }
 
@@ -212,6 +223,38 @@ impl SendQueue {
             self.sealed.push_front(c);
         }
     }
+}
+
+/// Scratch space on the stack for serializing one message. rkyv needs scratch only to hold the
+/// resolvers of a vector of non-trivial elements; most messages need none, and the thread's
+/// shared arena (a thread-local lookup, an acquire and a release: about 60 instructions a
+/// message) is asked only when this is too small.
+const STACK_SCRATCH: usize = 512;
+
+/// Serialize `msg` into `w`: with stack scratch space, or again with the thread's arena if that
+/// ran out (a failed attempt leaves its partial bytes in `w`; they are dropped first). No `Msg`
+/// variant needs scratch today; one holding a vector of strings would.
+fn serialize<'a, T>(msg: &T, w: &mut GatherWriter<'a>) -> Result<(), BoxedError>
+where
+    T: for<'s, 'w> Serialize<LowSerializer<&'w mut GatherWriter<'a>, SubAllocator<'s>, BoxedError>>
+        + for<'s, 'w> Serialize<LowSerializer<&'w mut GatherWriter<'a>, ArenaHandle<'s>, BoxedError>>,
+{
+    let (open_at, splices_at) = (w.open.len(), w.splices.len());
+    let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); STACK_SCRATCH];
+    let scratch = SubAllocator::new(&mut stack);
+    if rkyv::api::low::to_bytes_in_with_alloc::<_, _, BoxedError>(msg, &mut *w, scratch).is_ok() {
+        return Ok(());
+    }
+    w.open.truncate(open_at);
+    w.spliced -= w
+        .splices
+        .drain(splices_at..)
+        .map(|(_, b)| b.len())
+        .sum::<usize>();
+    rkyv::util::with_arena(|arena| {
+        rkyv::api::low::to_bytes_in_with_alloc::<_, _, BoxedError>(msg, &mut *w, arena.acquire())
+            .map(drop)
+    })
 }
 
 /// An rkyv writer that appends to the queue's open buffer but records, instead of copying, any
@@ -310,6 +353,50 @@ mod tests {
         ]
     }
 
+    /// `contiguous` offers the queue as one slice exactly when it is one chunk.
+    #[test]
+    fn contiguous_only_when_one_chunk() {
+        let mut q = SendQueue::new();
+        assert_eq!(q.contiguous(), Some(&[][..]));
+        q.push_msg(&Msg::Token { hops: 1 }).unwrap();
+        assert_eq!(q.contiguous(), Some(&flat(&q)[..]));
+        let mut held = Vec::new();
+        q.take(&mut held, 8);
+        q.unshift(held.into_iter());
+        assert_eq!(q.contiguous(), Some(&flat(&q)[..]), "one sealed chunk");
+        q.push_msg(&Msg::Token { hops: 2 }).unwrap();
+        assert_eq!(q.contiguous(), None, "a sealed chunk and the open buffer");
+        let mut q = SendQueue::new();
+        q.push_msg(&msgs()[1]).unwrap();
+        assert_eq!(q.contiguous(), None, "a spliced payload");
+    }
+
+    /// A value whose serialization needs more scratch space than the stack gives (the
+    /// resolvers of many strings) takes the arena path and comes out as rkyv's own bytes.
+    #[test]
+    fn serialization_beyond_the_stack_scratch_uses_the_arena() {
+        let strings: Vec<String> = (0..STACK_SCRATCH).map(|i| format!("s{i}")).collect();
+        let mut open = BytesMut::new();
+        let mut w = GatherWriter {
+            open: &mut open,
+            body_start: 0,
+            spliced: 0,
+            splices: Vec::new(),
+            stable: None,
+        };
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); STACK_SCRATCH];
+        let small = rkyv::api::low::to_bytes_in_with_alloc::<_, _, BoxedError>(
+            &strings,
+            &mut w,
+            SubAllocator::new(&mut stack),
+        );
+        assert!(small.is_err(), "the stack scratch must not suffice here");
+        w.open.clear();
+        serialize(&strings, &mut w).unwrap();
+        let expected = rkyv::to_bytes::<BoxedError>(&strings).unwrap();
+        assert_eq!(&open[..], &expected[..]);
+    }
+
     /// The queue's bytes, padding frames aside, are exactly the frames `Msg::write_frame`
     /// builds, while the large payloads are sent from their own memory (not copied into the
     /// queue).
@@ -361,6 +448,9 @@ mod tests {
             assert!(later.is_empty());
             let mut got = Vec::new();
             while !q.is_empty() {
+                if let Some(one) = q.contiguous() {
+                    assert_eq!(one, &flat(&q)[..], "step {step}: one chunk is all");
+                }
                 let sent = short_write(&q, 3, step, &mut got);
                 q.consume(sent);
                 // Round-trip through take/unshift as an io_uring send that took nothing would.

@@ -101,12 +101,13 @@ impl Conn {
     /// Write as much of `out` as the socket takes, large payloads from where they lie.
     pub(super) fn flush(&mut self) -> std::io::Result<()> {
         while !self.out.is_empty() {
-            let mut iov = [std::io::IoSlice::new(&[]); MAX_IOV];
-            let n = self.out.slices(&mut iov);
-            let written = if n == 1 {
-                self.stream.write(&iov[0])
-            } else {
-                self.stream.write_vectored(&iov[..n])
+            let written = match self.out.contiguous() {
+                Some(bytes) => self.stream.write(bytes),
+                None => {
+                    let mut iov = [std::io::IoSlice::new(&[]); MAX_IOV];
+                    let n = self.out.slices(&mut iov);
+                    self.stream.write_vectored(&iov[..n])
+                }
             };
             match written {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
