@@ -188,15 +188,22 @@ fn overlay_builds_the_bmg_on_real_sockets_on(backend: Backend) {
     }
 }
 
+/// Blocking and spinning reactors alike (a spinning io_uring reactor reads its commands
+/// without epoll, and must still hear the order to stop a node).
 #[test]
 fn a_stopped_peer_is_reported_not_hung_on() {
     for backend in BACKENDS {
-        a_stopped_peer_is_reported_not_hung_on_on(backend);
+        for wait in [WaitMode::Block, WaitMode::Busy] {
+            a_stopped_peer_is_reported_not_hung_on_with(NodeOptions {
+                wait,
+                ..opts_for(backend)
+            });
+        }
     }
 }
 
-fn a_stopped_peer_is_reported_not_hung_on_on(backend: Backend) {
-    let mut c = Cluster::start(2, opts_for(backend), move |i, ids| {
+fn a_stopped_peer_is_reported_not_hung_on_with(opts: NodeOptions) {
+    let mut c = Cluster::start(2, opts, move |i, ids| {
         if i == 0 {
             PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
         } else {
