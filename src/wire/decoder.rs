@@ -33,10 +33,19 @@ pub const PAGE: usize = 4096;
 /// progress is read in one go, whatever its size).
 const READ_CHUNK: usize = 16 * 1024;
 
+/// A buffer let go of while frames still shared it is kept for reuse if it is at least this
+/// large (see [`FrameDecoder::spare`]).
+const SPARE_MIN: usize = 64 * 1024;
+
 /// A per-connection stream decoder.
 #[derive(Debug)]
 pub struct FrameDecoder {
     buf: Buf,
+    /// The last large buffer that had to be replaced because frames still shared it (an echoed
+    /// payload being sent, say). Once they are gone it takes the next large frame: a fresh
+    /// megabyte would cost a page fault per 4 KiB, 256 per message, as the allocator returns
+    /// large blocks to the kernel when they are freed.
+    spare: Option<Buf>,
     /// Start of the unread bytes (always a multiple of 16).
     read: usize,
     max_body: u32,
@@ -117,6 +126,7 @@ impl FrameDecoder {
     pub fn new(max_body: u32) -> Self {
         Self {
             buf: Arc::new(AlignedVec::new()),
+            spare: None,
             read: 0,
             max_body,
             failed: false,
@@ -128,10 +138,28 @@ impl FrameDecoder {
     /// the larger (keeps alignment: `read % 16 == 0`).
     fn writable(&mut self, more: usize) -> &mut AlignedVec<PAGE> {
         let rest = self.buf.len() - self.read;
-        if Arc::get_mut(&mut self.buf).is_none() {
-            let mut fresh = AlignedVec::with_capacity((rest + more).max(READ_CHUNK));
-            fresh.extend_from_slice(&self.buf[self.read..]);
-            self.buf = Arc::new(fresh);
+        let need = rest + more;
+        let shared = Arc::get_mut(&mut self.buf).is_none();
+        // Too small even once compacted: a free spare beats growing (a copy and new memory).
+        let grow = !shared && self.buf.capacity() < need;
+        if shared || (grow && self.spare_for(need).is_some()) {
+            let reuse = self.spare_for(need).is_some();
+            let mut next = match self.spare.take() {
+                Some(spare) if reuse => spare,
+                kept => {
+                    self.spare = kept;
+                    Arc::new(AlignedVec::with_capacity(need.max(READ_CHUNK)))
+                }
+            };
+            let Some(v) = Arc::get_mut(&mut next) else {
+                unreachable!("a spare is taken only when unshared; a fresh one is ours")
+            };
+            v.clear();
+            v.extend_from_slice(&self.buf[self.read..]);
+            let old = std::mem::replace(&mut self.buf, next);
+            if shared && old.capacity() >= SPARE_MIN {
+                self.spare = Some(old);
+            }
             self.read = 0;
         }
         let read = std::mem::take(&mut self.read);
@@ -146,6 +174,14 @@ impl FrameDecoder {
         }
         buf.reserve(more);
         buf
+    }
+
+    /// The spare buffer, if no frame shares it any more and it can hold `need` bytes.
+    fn spare_for(&mut self, need: usize) -> Option<&mut AlignedVec<PAGE>> {
+        self.spare
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .filter(|v| v.capacity() >= need)
     }
 
     /// Append received bytes.
@@ -355,6 +391,43 @@ mod tests {
     /// A large payload is handed out without a copy and stays intact while the decoder goes
     /// on receiving (into a fresh buffer, since the old one is still shared); a small one is
     /// copied.
+    #[test]
+    fn a_large_buffer_is_reused_once_its_frames_are_gone() {
+        let big = frames(&[Msg::Data {
+            payload: (0..300_000u32)
+                .map(|i| (i % 253) as u8)
+                .collect::<Vec<_>>()
+                .into(),
+        }]);
+        for released in [true, false] {
+            let mut d = FrameDecoder::default();
+            d.push(&big);
+            let held = d.next_frame().unwrap().unwrap();
+            let before = held.body().to_vec();
+            let first = d.buf.as_ptr();
+            // The next message starts while a protocol still holds the frame (an echo being
+            // sent): the buffer is replaced, not written.
+            d.push(&big[..100]);
+            assert_ne!(d.buf.as_ptr(), first);
+            // The echo is sent (or not), and the rest of the large frame arrives.
+            let held = if released {
+                drop(held);
+                None
+            } else {
+                Some(held)
+            };
+            d.push(&big[100..]);
+            let f = d.next_frame().unwrap().unwrap();
+            assert_eq!(f.body(), &before[..]);
+            // Released, the old buffer takes the frame instead of new memory; still shared,
+            // it is never written.
+            assert_eq!(d.buf.as_ptr() == first, released, "released: {released}");
+            if let Some(held) = held {
+                assert_eq!(held.body(), &before[..]);
+            }
+        }
+    }
+
     #[test]
     fn large_payloads_are_shared_with_the_receive_buffer() {
         use crate::proto::ping::PingMsg;
