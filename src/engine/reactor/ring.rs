@@ -3,7 +3,7 @@
 //! armed again. The readiness half (epoll) and everything both share live in the parent.
 
 use super::conn::Conn;
-use super::{EngineError, NodeEvent, Reactor};
+use super::{EngineError, NodeEvent, Reactor, HOT_MAX};
 use crate::proto::Protocol;
 use crate::wire::handshake::Role;
 use crate::wire::WireMsg;
@@ -157,6 +157,9 @@ where
         let mut cancel: Vec<u64> = Vec::new();
         let conns = &mut self.conns;
         let (limited, mut unlimit) = (u.recv_limit().is_some(), false);
+        // A spinning reactor reads active connections itself (see `read_hot`): their
+        // multishot receives are ended, and the final completion hands them over.
+        let take_over = self.spinning && self.hot.len() < HOT_MAX;
         u.drain(|c| {
             let low = c.user_data & ((1 << OP_SHIFT) - 1);
             let (slot, generation) = ((low & 0xffff_ffff) as usize, (low >> 32) as u32);
@@ -178,9 +181,10 @@ where
                     touched.push((slot, generation));
                     if !c.more {
                         rearm.push((slot, generation));
-                    } else if !conn.ending && conn.decoder.missing() >= DIRECT_MIN {
-                        // A large frame is under way: end the multishot receive, so the rest
-                        // can go straight into the decoder (see `rearm` below).
+                    } else if !conn.ending && (take_over || conn.decoder.missing() >= DIRECT_MIN) {
+                        // A large frame is under way (the rest can go straight into the
+                        // decoder), or the reactor will read the socket itself: end the
+                        // multishot receive (see `rearm` below).
                         conn.ending = true;
                         cancel.push(c.user_data);
                     }
@@ -255,9 +259,18 @@ where
             }
         }
         // Re-arm after the frames are cut, so a loan is taken on a buffer no frame shares.
+        // A spinning reactor reads the connection itself instead, until it cools.
         for &(slot, generation) in &rearm {
             if self.generation_of(slot) == Some(generation) {
-                if let Err(e) = self.arm_receive(slot) {
+                let armed = if self.spinning {
+                    if let Some(conn) = live(&mut self.conns, slot, generation) {
+                        conn.ending = false;
+                    }
+                    self.heat(slot, generation)
+                } else {
+                    self.arm_receive(slot)
+                };
+                if let Err(e) = armed {
                     result = result.and(self.close(slot, e.to_string()));
                 }
             }
