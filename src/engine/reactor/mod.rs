@@ -371,8 +371,8 @@ where
                 // io_uring reads its hot connections after the completions (below).
             } else if self.uring.is_some() {
                 // About to block: the ring must receive on every connection again.
-                for (slot, _) in std::mem::take(&mut self.hot) {
-                    self.cool(slot)?;
+                for (slot, generation) in std::mem::take(&mut self.hot) {
+                    self.cool(slot, generation)?;
                 }
                 if let Some(u) = self.uring.as_mut() {
                     u.submit_pending()?;
@@ -380,7 +380,8 @@ where
             } else if std::mem::take(&mut self.unwatched) {
                 // About to block: epoll must see every connection again.
                 for i in 0..self.hot.len() {
-                    self.cool(self.hot[i].0)?;
+                    let (slot, generation) = self.hot[i];
+                    self.cool(slot, generation)?;
                 }
             }
             if let Some(u) = self.uring.as_mut() {
@@ -739,24 +740,33 @@ where
     }
 
     /// Add `slot` to the hot connections, making room by cooling the oldest.
-    fn heat(&mut self, slot: usize, generation: u32) -> std::io::Result<()> {
+    fn heat(&mut self, slot: usize, generation: u32) -> Result<(), EngineError> {
         if self.hot.contains(&(slot, generation)) {
             return Ok(());
         }
         if self.hot.len() == HOT_MAX {
-            let (cold, _) = self.hot.remove(0);
-            self.cool(cold)?;
+            let (cold, cold_generation) = self.hot.remove(0);
+            self.cool(cold, cold_generation)?;
         }
         self.hot.push((slot, generation));
         Ok(())
     }
 
-    /// `slot` is no longer read by the reactor itself: epoll watches it again (poll), or the
-    /// ring receives on it again (io_uring).
-    fn cool(&mut self, slot: usize) -> std::io::Result<()> {
-        match self.uring {
+    /// The connection of `generation` in `slot` is no longer read by the reactor itself:
+    /// epoll watches it again (poll), or the ring receives on it again (io_uring). One closed
+    /// since is left alone (its slot may hold a new connection, armed already); one that
+    /// cannot be watched or armed is closed.
+    fn cool(&mut self, slot: usize, generation: u32) -> Result<(), EngineError> {
+        if self.generation_of(slot) != Some(generation) {
+            return Ok(());
+        }
+        let done = match self.uring {
             Some(_) => self.arm_receive(slot),
             None => self.watch(slot),
+        };
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) => self.close(slot, e.to_string()),
         }
     }
 

@@ -262,15 +262,12 @@ where
         // A spinning reactor reads the connection itself instead, until it cools.
         for &(slot, generation) in &rearm {
             if self.generation_of(slot) == Some(generation) {
-                let armed = if self.spinning {
+                if self.spinning {
                     if let Some(conn) = live(&mut self.conns, slot, generation) {
                         conn.ending = false;
                     }
-                    self.heat(slot, generation)
-                } else {
-                    self.arm_receive(slot)
-                };
-                if let Err(e) = armed {
+                    result = result.and(self.heat(slot, generation));
+                } else if let Err(e) = self.arm_receive(slot) {
                     result = result.and(self.close(slot, e.to_string()));
                 }
             }
