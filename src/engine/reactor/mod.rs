@@ -731,8 +731,9 @@ where
         if got {
             let generation = conn.generation;
             self.heat(slot, generation).map_err(|e| e.to_string())?;
+            // Nothing new, no new frame: a spinning reactor's empty reads skip the look.
+            self.frames(slot)?;
         }
-        self.frames(slot)?;
         if closed {
             return Err("closed by peer".into());
         }
