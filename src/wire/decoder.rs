@@ -142,8 +142,8 @@ impl FrameDecoder {
         let shared = Arc::get_mut(&mut self.buf).is_none();
         // Too small even once compacted: a free spare beats growing (a copy and new memory).
         let grow = !shared && self.buf.capacity() < need;
-        if shared || (grow && self.spare_for(need).is_some()) {
-            let reuse = self.spare_for(need).is_some();
+        let reuse = (shared || grow) && self.spare_for(need).is_some();
+        if shared || reuse {
             let mut next = match self.spare.take() {
                 Some(spare) if reuse => spare,
                 kept => {

@@ -55,8 +55,16 @@ pub const WAKER: Token = Token(0);
 /// blocked reactor wake).
 const RING: Token = Token(1);
 const FIRST_CONN: usize = 2;
-/// Recently active connections a spinning poll reactor reads directly.
+/// Recently active connections a spinning reactor reads directly.
 const HOT_MAX: usize = 8;
+
+/// io_uring: a turn's first send of at most this many bytes is written directly.
+const DIRECT_SEND_MAX: usize = 4096;
+/// Lost connections an idle reactor shuts down per turn (each costs a FIN exchange, ~25 µs
+/// here).
+const BURY_PER_TURN: usize = 2;
+/// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
+const LISTENERS: usize = 1 << 40;
 
 /// Poll backend: have epoll report `slot`'s socket, readable and writable, edge-triggered.
 fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::Result<()> {
@@ -66,14 +74,6 @@ fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::R
         Interest::READABLE | Interest::WRITABLE,
     )
 }
-
-/// io_uring: a turn's first send of at most this many bytes is written directly.
-const DIRECT_SEND_MAX: usize = 4096;
-/// Lost connections an idle reactor shuts down per turn (each costs a FIN exchange, ~25 µs
-/// here).
-const BURY_PER_TURN: usize = 2;
-/// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
-const LISTENERS: usize = 1 << 40;
 
 /// Orders from outside the reactor.
 #[derive(Debug)]
@@ -346,43 +346,32 @@ where
                 WaitMode::Block => false,
             };
             spins = spins.wrapping_add(1);
-            // A spinning poll reactor reads its recently active connections itself and asks
-            // epoll (other connections, accepts, commands) only after about 32 such reads.
-            let every = match self.hot.len() {
-                0 => 1,
-                hot => (32 / hot).max(1) as u32,
+            // A spinning reactor looks beyond its hot connections every so many turns. Poll
+            // asks epoll (other connections, accepts, commands) after about 32 direct reads.
+            // io_uring watches its completion queue (shared memory, no syscall) and never asks
+            // epoll while spinning: epoll only watches the commands' waker and the ring's
+            // eventfd, which is off meanwhile. It reads the command channel itself every 32nd
+            // turn (an `epoll_wait` there was 18% of a spinning reactor's time).
+            let every = match (&self.uring, self.hot.len()) {
+                (Some(_), _) => 32,
+                (None, 0) => 1,
+                (None, hot) => (32 / hot).max(1) as u32,
             };
-            // A spinning io_uring reactor watches its completion queue (shared memory, no
-            // syscall) and never asks epoll: epoll only watches the commands' waker and the
-            // ring's eventfd, which is off while spinning. It reads the command channel itself
-            // every 32nd turn (an `epoll_wait` there was 18% of a spinning reactor's time).
-            let ask_epoll = !spinning || (self.uring.is_none() && spins.is_multiple_of(every));
-            if spinning && self.uring.is_some() && spins.is_multiple_of(32) {
+            let look = spins.is_multiple_of(every);
+            let ask_epoll = !spinning || (self.uring.is_none() && look);
+            if spinning && self.uring.is_some() && look {
                 self.commands()?;
                 if idle {
                     self.bury_lost(Ending::Close, BURY_PER_TURN);
                 }
             }
             self.spinning = spinning;
-            if spinning && self.uring.is_none() {
+            if !spinning {
+                self.cool_hot()?;
+            } else if self.uring.is_none() {
+                // io_uring reads its hot connections after the completions (below).
                 active |= self.read_hot()?;
                 self.unwatch_hot();
-            } else if spinning {
-                // io_uring reads its hot connections after the completions (below).
-            } else if self.uring.is_some() {
-                // About to block: the ring must receive on every connection again.
-                for (slot, generation) in std::mem::take(&mut self.hot) {
-                    self.cool(slot, generation)?;
-                }
-                if let Some(u) = self.uring.as_mut() {
-                    u.submit_pending()?;
-                }
-            } else if std::mem::take(&mut self.unwatched) {
-                // About to block: epoll must see every connection again.
-                for i in 0..self.hot.len() {
-                    let (slot, generation) = self.hot[i];
-                    self.cool(slot, generation)?;
-                }
             }
             if let Some(u) = self.uring.as_mut() {
                 u.set_wakeups(!spinning);
@@ -769,6 +758,25 @@ where
             Ok(()) => Ok(()),
             Err(e) => self.close(slot, e.to_string()),
         }
+    }
+
+    /// About to block: every hot connection is watched by epoll again (poll; they stay hot),
+    /// or received on by the ring again, armed and submitted before the wait (io_uring).
+    fn cool_hot(&mut self) -> Result<(), EngineError> {
+        if self.uring.is_some() {
+            for (slot, generation) in std::mem::take(&mut self.hot) {
+                self.cool(slot, generation)?;
+            }
+            if let Some(u) = self.uring.as_mut() {
+                u.submit_pending()?;
+            }
+        } else if std::mem::take(&mut self.unwatched) {
+            for i in 0..self.hot.len() {
+                let (slot, generation) = self.hot[i];
+                self.cool(slot, generation)?;
+            }
+        }
+        Ok(())
     }
 
     /// Spinning: read the connections that received last, directly, as a busy-polling loop
