@@ -32,8 +32,9 @@ pub struct PingArgs {
     #[arg(long)]
     compare: bool,
     /// With --compare: weft and the peer take turns in this many rounds of iters/rounds round
-    /// trips each, so that the host's slow and fast spells fall on both.
-    #[arg(long, default_value_t = 5)]
+    /// trips each, so that the host's slow and fast spells fall on both; each round gives a
+    /// ratio, and their median comes with a 95% interval (6 rounds or more).
+    #[arg(long, default_value_t = 10)]
     rounds: u64,
     /// One JSON object per size.
     #[arg(long)]
@@ -98,13 +99,25 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     ours.iter().for_each(show);
     if !peer.is_empty() {
         peer.iter().for_each(show);
-        say!("\nweft / std-busy (p50 latency: lower is better; bandwidth: higher is better)");
-        for (o, p) in ours.iter().zip(&peer) {
+        say!("\nweft / std-busy: the median of the per-round ratios [its 95% interval]");
+        say!("(p50 latency: lower is better; bandwidth: higher is better)");
+        let interval = |m: &Option<weft::metrics::MedianInterval>| {
+            m.map_or("-".to_string(), |m| {
+                format!(
+                    "{:.3}x [{:.3}, {:.3}] ({:.0}%)",
+                    m.median,
+                    m.lo,
+                    m.hi,
+                    m.confidence * 100.0
+                )
+            })
+        };
+        for o in &ours {
             say!(
-                "{:>8} B  p50 {:>5.2}x   MB/s {:>5.2}x",
+                "{:>8} B  p50 {}   MB/s {}",
                 o.size,
-                o.p50_us / p.p50_us,
-                o.mb_per_s / p.mb_per_s
+                interval(&o.p50_ratio),
+                interval(&o.mb_ratio)
             );
         }
     }

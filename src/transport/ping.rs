@@ -5,7 +5,7 @@
 use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::{choose_backend, EngineError, StealMeter, StealTally};
-use crate::metrics::{histogram, summarize};
+use crate::metrics::{histogram, median_interval, summarize, MedianInterval};
 use crate::proto::ping::PingPong;
 use crate::proto::Event;
 use serde::Serialize;
@@ -35,6 +35,13 @@ pub struct PingRow {
     pub iters: u64,
     /// CPU time the hypervisor stole during this backend's run, % of all CPUs' time.
     pub steal_pct: Option<f64>,
+    /// With `--compare`, on weft's rows: weft's p50 over the peer's, one ratio per round
+    /// (both met the same spell of the host), as their median and its 95% interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ratio: Option<MedianInterval>,
+    /// Likewise weft's MB/s over the peer's (higher is better).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mb_ratio: Option<MedianInterval>,
 }
 
 fn rows_from(
@@ -63,6 +70,8 @@ fn rows_from(
                 mb_per_s: size as f64 / s.mean_us.max(1e-9),
                 iters: s.count,
                 steal_pct,
+                p50_ratio: None,
+                mb_ratio: None,
             })
         })
         .collect()
@@ -87,7 +96,9 @@ pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<Ping
 /// weft's ping-pong and then the peer's for about `iters / rounds` round trips per size. A
 /// shared host's slow and fast spells last from a fraction of a second to seconds, so with
 /// turns both sides meet the same ones and their ratio holds; run one after the other, a
-/// spell can fall on one side alone. Returns weft's rows and the peer's.
+/// spell can fall on one side alone. Each round also gives a ratio of its own, and weft's rows
+/// carry their median and its interval ([`PingRow::p50_ratio`]): a spell that lasts a round
+/// moves one ratio, not the pooled figures of one side. Returns weft's rows and the peer's.
 pub fn compare(
     sizes: &[usize],
     iters: u64,
@@ -98,24 +109,36 @@ pub fn compare(
     let rounds = rounds.clamp(1, iters.max(1));
     let (mut ours, mut peers) = (HashMap::new(), HashMap::new());
     let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
+    let mut per_round: HashMap<usize, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    let (backend_name, wait) = (backend.to_string(), opts.wait.to_string());
     for r in 0..rounds {
         // Spread the remainder so that the rounds add up to `iters`.
         let n = iters / rounds + u64::from(r < iters % rounds);
         let steal = StealMeter::start();
-        merge(&mut ours, engine_rtts(sizes, n, backend, opts.clone())?);
+        let our = engine_rtts(sizes, n, backend, opts.clone())?;
         our_steal = our_steal.with(&steal);
         let steal = StealMeter::start();
-        merge(&mut peers, std_busy_poll_rtts(sizes, n)?);
+        let peer = std_busy_poll_rtts(sizes, n)?;
         peer_steal = peer_steal.with(&steal);
+        let ours_now = rows_from(&our, sizes, &backend_name, &wait, None);
+        let peer_now = rows_from(&peer, sizes, "std-busy", "busy", None);
+        for (o, p) in ours_now.iter().zip(&peer_now) {
+            let (p50, mb) = per_round.entry(o.size).or_default();
+            p50.push(o.p50_us / p.p50_us);
+            mb.push(o.mb_per_s / p.mb_per_s);
+        }
+        merge(&mut ours, our);
+        merge(&mut peers, peer);
+    }
+    let mut weft = rows_from(&ours, sizes, &backend_name, &wait, our_steal.pct());
+    for row in &mut weft {
+        if let Some((p50, mb)) = per_round.get(&row.size) {
+            row.p50_ratio = median_interval(p50);
+            row.mb_ratio = median_interval(mb);
+        }
     }
     Ok((
-        rows_from(
-            &ours,
-            sizes,
-            &backend.to_string(),
-            &opts.wait.to_string(),
-            our_steal.pct(),
-        ),
+        weft,
         rows_from(&peers, sizes, "std-busy", "busy", peer_steal.pct()),
     ))
 }
