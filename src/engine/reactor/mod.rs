@@ -58,8 +58,6 @@ const FIRST_CONN: usize = 2;
 /// Recently active connections a spinning reactor reads directly.
 const HOT_MAX: usize = 8;
 
-/// io_uring: a turn's first send of at most this many bytes is written directly.
-const DIRECT_SEND_MAX: usize = 4096;
 /// Lost connections an idle reactor shuts down per turn (each costs a FIN exchange, ~25 µs
 /// here).
 const BURY_PER_TURN: usize = 2;
@@ -900,11 +898,15 @@ where
         if conn.connecting || conn.sending || conn.out.is_empty() {
             return Ok(());
         }
-        // A turn's first send, when small, goes out at once with a plain `writev`: a request
-        // and its answer then cost no ring submission, no completion and no send record. The
-        // turn's other sends still go through the ring in one submission (a fan-out keeps
-        // its batching). What the socket does not take goes through the ring as before.
-        if !self.sent_direct && conn.out.len() <= DIRECT_SEND_MAX {
+        // A turn's first send goes out at once with a plain `writev`: a request and its
+        // answer then cost no ring submission, no completion and no send record, and do not
+        // wait for the next turn's submission. The turn's other sends still go through the
+        // ring in one submission (a fan-out keeps its batching). What the socket does not take
+        // goes through the ring as before. Any size: the ring's send copies the bytes in our
+        // thread at submission too, and a 4 KiB ping-pong whose frames went through the ring
+        // (a cap of 4 KiB left out the 4 KiB payload's 4 144-byte frame) was 1.17x the std
+        // peer against 1.06x direct.
+        if !self.sent_direct {
             self.sent_direct = true;
             conn.flush().map_err(|e| e.to_string())?;
             if conn.out.is_empty() {
