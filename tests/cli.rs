@@ -340,6 +340,18 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
         assert_eq!(r["iters"], 200);
         assert!(r["p50_us"].as_f64().unwrap() > 0.0);
         assert!(r["p50_us"].as_f64() <= r["p99_us"].as_f64(), "{r}");
+        // weft's rows carry the per-round ratios (one per round); the peer's do not.
+        for key in ["p50_ratio", "mb_ratio"] {
+            if r["backend"] == "std-busy" {
+                assert!(r.get(key).is_none(), "{r}");
+                continue;
+            }
+            let m = &r[key];
+            assert_eq!(m["n"], 3, "{r}");
+            let at = |k: &str| m[k].as_f64().unwrap();
+            assert!(at("lo") <= at("median") && at("median") <= at("hi"), "{r}");
+            assert!(at("lo") > 0.0 && at("confidence") > 0.7, "{r}");
+        }
     }
 }
 

@@ -206,8 +206,8 @@ impl FrameDecoder {
         let buf = self.writable(self.missing().max(READ_CHUNK));
         let len = buf.len();
         let want = buf.capacity() - len;
-        // SAFETY: the buffer's capacity is `want` bytes past `len`; `recv` writes at most that many
-        // into them, and only the `n` it reports as written are then counted as initialized.
+        // SAFETY: the buffer's capacity ends `want` bytes past `len`; `recv` writes at most
+        // that many, and only the `n` it reports as written are then counted as initialized.
         unsafe {
             let n = libc::recv(fd, buf.as_mut_ptr().add(len).cast(), want, 0);
             if n < 0 {
