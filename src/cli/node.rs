@@ -58,6 +58,11 @@ pub struct NodeArgs {
     /// How the reactor waits.
     #[arg(long, value_enum, default_value_t = WaitMode::Block)]
     wait: WaitMode,
+    /// Suspect a peer whose host has been silent this many ms (TCP keepalive and user
+    /// timeout: finds a host that vanished without resetting its connections); 0: the
+    /// kernel's defaults (hours).
+    #[arg(long, default_value_t = weft::transport::DEAD_AFTER.as_millis() as u64)]
+    dead_after_ms: u64,
 }
 
 fn parse_peers(s: &str) -> anyhow::Result<HashMap<NodeId, SocketAddr>> {
@@ -139,6 +144,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             wait: a.wait,
             backend: a.backend,
             pin: false,
+            dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
             ..NodeOptions::default()
         },
     };

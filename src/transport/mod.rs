@@ -31,7 +31,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Bind a listening socket with the options weft wants (SO_REUSEADDR, big buffers).
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, EngineError> {
@@ -161,7 +161,16 @@ pub struct NodeOptions {
     /// A launcher's rank mapping: nodes that talk most should share a reactor, where a message
     /// is handled on the core that sent it and wakes no other.
     pub placement: Option<Arc<[u32]>>,
+    /// How long a peer's host may stay silent (no answer to TCP keepalive probes, data not
+    /// acknowledged) before the connection fails and the protocol hears `on_suspect`: what
+    /// finds a host that vanished without resetting its connections. `None`: the kernel's
+    /// defaults (hours when idle). See [`DEAD_AFTER`].
+    pub dead_after: Option<Duration>,
 }
+
+/// Default [`NodeOptions::dead_after`]. Keepalive costs one bare ACK each way per idle
+/// connection every few seconds, nothing for a busy one; a job's node holds O(log N) of them.
+pub const DEAD_AFTER: Duration = Duration::from_secs(10);
 
 impl Default for NodeOptions {
     fn default() -> Self {
@@ -177,6 +186,7 @@ impl Default for NodeOptions {
             zerocopy_min: ZEROCOPY_MIN,
             reactors: None,
             placement: None,
+            dead_after: Some(DEAD_AFTER),
         }
     }
 }
@@ -253,6 +263,7 @@ where
         epoch,
         recv_buffers: opts.recv_buffers,
         zerocopy_min: opts.zerocopy_min,
+        dead_after: opts.dead_after,
     };
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),

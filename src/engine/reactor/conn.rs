@@ -121,6 +121,30 @@ impl Conn {
     }
 }
 
+/// Make a connection fail, and so its peer be suspected, once the peer's kernel has been
+/// silent for about `limit`. A process that dies is noticed at once (its kernel resets the
+/// connection), but a host that vanishes (power lost, link cut, kernel panic) sends nothing
+/// more, and by the kernel's defaults an idle connection to it stays up for 2 h 11 min of
+/// keepalive and one with data in flight for about 15 min of retransmissions.
+///
+/// Keepalive probes start after `limit / 2` of silence and repeat every `limit / 4` (whole
+/// seconds, at least one: the kernel's unit); `TCP_USER_TIMEOUT` fails the connection once
+/// probes or data have gone unacknowledged for `limit`. So an idle or busy connection to a
+/// vanished host fails within about `limit` to `limit * 5 / 4`. A probe is a bare ACK,
+/// answered by the peer's kernel, not its process: a stopped or busy process is not
+/// suspected.
+pub(super) fn bound_silence(stream: &TcpStream, limit: Duration) -> std::io::Result<()> {
+    let sock = socket2::SockRef::from(stream);
+    let at_least_a_second = |d: Duration| d.max(Duration::from_secs(1));
+    sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(at_least_a_second(limit / 2))
+            .with_interval(at_least_a_second(limit / 4))
+            .with_retries(4),
+    )?;
+    sock.set_tcp_user_timeout(Some(limit))
+}
+
 /// Abort a connection: one RST, no FIN exchange, no TIME_WAIT. `connect(AF_UNSPEC)`
 /// disconnects the socket itself. A close with SO_LINGER 0 would do the same only once the
 /// last reference to the file goes, and an armed io_uring receive holds one until its
@@ -175,5 +199,39 @@ mod tests {
             let rest: Vec<u8> = op.unsent(sent).iter().flat_map(|b| b.to_vec()).collect();
             assert_eq!(rest, &all[sent..], "after {sent} bytes");
         }
+    }
+
+    /// The silence bound lands on the socket as keepalive after half of it, probes every
+    /// quarter, and a user timeout of all of it; short bounds keep whole-second probes.
+    #[test]
+    fn bound_silence_sets_keepalive_and_user_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let stream = TcpStream::from_std(std_stream);
+        let sock = socket2::SockRef::from(&stream);
+        assert!(!sock.keepalive().unwrap());
+        bound_silence(&stream, Duration::from_secs(10)).unwrap();
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(5));
+        // The kernel counts keepalive in whole seconds: 2.5 s is 2 s.
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(2)
+        );
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 4);
+        assert_eq!(
+            sock.tcp_user_timeout().unwrap(),
+            Some(Duration::from_secs(10))
+        );
+        bound_silence(&stream, Duration::from_millis(1500)).unwrap();
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(1));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            sock.tcp_user_timeout().unwrap(),
+            Some(Duration::from_millis(1500))
+        );
     }
 }

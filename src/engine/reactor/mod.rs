@@ -130,6 +130,9 @@ pub struct ReactorConfig {
     /// io_uring sends of at least this many bytes are zero-copy (`SENDMSG_ZC`: the kernel pins
     /// the pages instead of copying them, and reports when it is done with them).
     pub zerocopy_min: usize,
+    /// How long a peer's kernel may stay silent before its connection fails (see
+    /// [`conn::bound_silence`]); `None` leaves the kernel's defaults.
+    pub dead_after: Option<Duration>,
 }
 
 /// A node to host.
@@ -579,6 +582,9 @@ where
             return Ok(None);
         };
         stream.set_nodelay(true)?;
+        if let Some(limit) = self.cfg.dead_after {
+            conn::bound_silence(&stream, limit)?;
+        }
         let mut hello = Vec::new();
         let handshake = match Handshake::start(role, identity, dialed, &mut hello) {
             Ok(hs) => hs,
