@@ -1,24 +1,18 @@
 //! Does the kernel's copy into a receive buffer depend on where in a page the buffer starts?
 //!
-//! A std ping-pong over loopback, pinned to cores 0 and 1, whose client receives each echo
-//! at a page offset that changes every 20 round trips, round robin, so that the host's slow
-//! and fast spells fall on every offset alike. Prints the one-way median per offset.
-//! The sender's buffer starts on a page. On AMD Zen, offsets 8..24 come out slower by a
-//! third to a half of the round trip (4K aliasing in `rep movsb`; see
-//! `bluegene_notes/engine-latency.md` and `wire::decoder`).
+//! A std ping-pong over loopback (`common/alternating.rs`) whose client receives each echo at
+//! a page offset that changes every 20 round trips, round robin. Prints the one-way median
+//! per offset. The sender's buffer starts on a page. On AMD Zen, offsets 8..24 come out
+//! slower by a third to a half of the round trip (4K aliasing in `rep movsb`; see
+//! `bluegene_notes/engine-latency.md` and `wire::decoder`); on the Intel host of 2026-11-23
+//! no offset is slower.
 //!
 //! `cargo run --release --example copy_alias -- [size] [offset ...]`
 
-use std::net::{TcpListener, TcpStream};
-use std::time::Instant;
+#[path = "common/alternating.rs"]
+mod alternating;
+
 use weft::transport::ping::{page_buffer, spin_read as receive, spin_write as send};
-
-const PER_TURN: usize = 20;
-const TURNS: usize = 60;
-
-fn pin(core: usize) {
-    core_affinity::set_for_current(core_affinity::CoreId { id: core });
-}
 
 fn main() -> std::io::Result<()> {
     let args: Vec<usize> = std::env::args()
@@ -30,44 +24,19 @@ fn main() -> std::io::Result<()> {
         Some(o) if !o.is_empty() => o.to_vec(),
         _ => vec![0, 8, 16, 24, 32, 64, 2048, 4080, 4088],
     };
-    let rounds = TURNS * offsets.len() * PER_TURN;
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        pin(1);
-        let (mut s, _) = listener.accept()?;
-        s.set_nodelay(true)?;
-        s.set_nonblocking(true)?;
-        let mut buf = page_buffer(size, 0);
-        for _ in 0..rounds {
-            receive(&mut s, &mut buf)?;
-            send(&mut s, &buf)?;
-        }
-        Ok(())
-    });
-    pin(0);
-    let mut s = TcpStream::connect(addr)?;
-    s.set_nodelay(true)?;
-    s.set_nonblocking(true)?;
+    let mut buf = page_buffer(size, 0);
+    let echo = move |_: usize, s: &mut std::net::TcpStream| {
+        receive(s, &mut buf)?;
+        send(s, &buf)
+    };
     let msg = page_buffer(size, 0x5a);
     let mut back = page_buffer(size + 4096, 0);
-    let mut rtts: Vec<Vec<u64>> = vec![Vec::new(); offsets.len()];
-    for turn in 0..TURNS {
-        for (i, &off) in offsets.iter().enumerate() {
-            let off = off % 4096;
-            for _ in 0..PER_TURN {
-                let t = Instant::now();
-                send(&mut s, &msg)?;
-                receive(&mut s, &mut back[off..off + size])?;
-                // The first turns warm up the connection.
-                if turn >= 3 {
-                    rtts[i].push(t.elapsed().as_nanos() as u64);
-                }
-            }
-        }
-    }
-    drop(s);
-    echo.join().expect("echo thread")?;
+    let client = |v: usize, s: &mut std::net::TcpStream| {
+        let off = offsets[v] % 4096;
+        send(s, &msg)?;
+        receive(s, &mut back[off..off + size])
+    };
+    let mut rtts = alternating::run(offsets.len(), 60, echo, client)?;
     println!("size {size} B, one-way p50 by receive-buffer page offset:");
     for (off, v) in offsets.iter().zip(&mut rtts) {
         v.sort_unstable();

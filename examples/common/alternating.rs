@@ -1,0 +1,64 @@
+//! The std ping-pong the probes share: variants of one round trip alternated in one process,
+//! so that the host's slow and fast spells fall on every variant alike.
+//!
+//! A client pinned to core 0 and an echo pinned to core 1, over loopback, non-blocking and
+//! busy-polled like `weft ping`'s peer. Variant `v` runs `PER_TURN` round trips, then the
+//! next variant, round robin, `turns` times; the first three turns warm the connection up and
+//! are not kept.
+
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+/// Round trips of one variant before the next takes over.
+pub const PER_TURN: usize = 20;
+
+fn pin(core: usize) {
+    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+}
+
+/// Run `variants` variants for `turns` turns: `echo(v, stream)` answers one message of variant
+/// `v`, `client(v, stream)` makes one round trip of it. Returns each variant's round-trip
+/// times in nanoseconds.
+pub fn run<E, C>(
+    variants: usize,
+    turns: usize,
+    mut echo: E,
+    mut client: C,
+) -> std::io::Result<Vec<Vec<u64>>>
+where
+    E: FnMut(usize, &mut TcpStream) -> std::io::Result<()> + Send + 'static,
+    C: FnMut(usize, &mut TcpStream) -> std::io::Result<()>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let rounds = turns * variants * PER_TURN;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(1);
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        for i in 0..rounds {
+            echo(i / PER_TURN % variants, &mut s)?;
+        }
+        Ok(())
+    });
+    pin(0);
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    let mut rtts = vec![Vec::new(); variants];
+    for turn in 0..turns {
+        for (v, times) in rtts.iter_mut().enumerate() {
+            for _ in 0..PER_TURN {
+                let t = Instant::now();
+                client(v, &mut s)?;
+                if turn >= 3 {
+                    times.push(t.elapsed().as_nanos() as u64);
+                }
+            }
+        }
+    }
+    drop(s);
+    echo.join().expect("echo thread")?;
+    Ok(rtts)
+}
