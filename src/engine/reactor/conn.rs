@@ -132,7 +132,9 @@ impl Conn {
 /// probes or data have gone unacknowledged for `limit`. So an idle or busy connection to a
 /// vanished host fails within about `limit` to `limit * 5 / 4`. A probe is a bare ACK,
 /// answered by the peer's kernel, not its process: a stopped or busy process is not
-/// suspected.
+/// suspected, unless it leaves so much unread that its receive window stays shut for `limit`
+/// (the kernel counts zero-window probes against the user timeout too): a peer that has not
+/// read for that long, with data waiting for it, is as good as gone to its senders.
 pub(super) fn bound_silence(stream: &TcpStream, limit: Duration) -> std::io::Result<()> {
     let sock = socket2::SockRef::from(stream);
     let at_least_a_second = |d: Duration| d.max(Duration::from_secs(1));
