@@ -93,7 +93,10 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
 }
 
 fn std_rtts(size: usize, iters: u64) -> Duration {
-    let rtts = weft::transport::ping::std_busy_poll_rtts(&[size], iters).expect("std ping");
+    // The same congestion control as the engine's nodes, so that the engines are compared.
+    let cc = weft::transport::NodeOptions::default().congestion;
+    let rtts =
+        weft::transport::ping::std_busy_poll_rtts(&[size], iters, cc.as_deref()).expect("std ping");
     Duration::from_nanos(rtts.get(&size).map_or(0, |v| v.iter().sum()))
 }
 

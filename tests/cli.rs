@@ -338,6 +338,11 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
             ],
         );
         assert_eq!(r["iters"], 200);
+        // weft's connections use CUBIC (or Reno where CUBIC is not allowed), and so does the
+        // peer unless told otherwise: the engines are compared, not congestion controls.
+        let cc = r["congestion"].as_str().unwrap_or_default();
+        assert!(cc == "cubic" || cc == "reno", "{r}");
+        assert_eq!(r["congestion"], rows[0]["congestion"], "{r}");
         assert!(r["p50_us"].as_f64().unwrap() > 0.0);
         assert!(r["p50_us"].as_f64() <= r["p99_us"].as_f64(), "{r}");
         // weft's rows carry the per-round ratios (one per round); the peer's do not.

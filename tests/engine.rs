@@ -541,3 +541,54 @@ fn adaptive_reactors_see_messages_after_blocking() {
         c.shutdown().unwrap();
     }
 }
+
+/// Every connection of a node runs the congestion control weft asks for (CUBIC, or Reno where
+/// CUBIC is not allowed), whatever the machine's default is (BBR on the test host, whose
+/// pacing cost a 1 MiB message 3x over loopback). Read from the kernel with `ss`.
+#[test]
+fn connections_use_the_congestion_control_weft_asks_for() {
+    let Ok(probe) = std::process::Command::new("ss").arg("-V").output() else {
+        eprintln!("SKIPPED: no `ss` here to read the sockets' congestion control");
+        return;
+    };
+    assert!(probe.status.success());
+    let want = weft::engine::congestion::resolve(Some(weft::engine::congestion::PREFERRED))
+        .expect("a probe socket");
+    for backend in BACKENDS {
+        let cluster = Cluster::start(2, opts_for(backend), |i, ids| {
+            if i == 0 {
+                PingPong::pinger(ids[1], vec![32], u64::MAX / 2, 1)
+            } else {
+                PingPong::ponger()
+            }
+        })
+        .unwrap();
+        let authenticated = |s: &[(NodeId, NodeEvent)]| {
+            s.iter()
+                .filter(|(_, e)| matches!(e, NodeEvent::Authenticated(_)))
+                .count()
+                >= 2
+        };
+        assert!(authenticated(&collect(&cluster.events, 10, authenticated)));
+        let port = cluster.nodes[1].addr.port();
+        let filter = format!("( sport = :{port} or dport = :{port} )");
+        let out = std::process::Command::new("ss")
+            .args(["-tinH", "state", "established", &filter])
+            .output()
+            .expect("ss");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `ss -i` prints each socket's address line, then its details: TCP options in use
+        // (ts, sack, ecn, ...), then the algorithm's name.
+        let options = ["ts", "sack", "ecn", "ecnseen", "fastopen"];
+        let algorithms: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(char::is_whitespace))
+            .filter_map(|l| l.split_whitespace().find(|t| !options.contains(t)))
+            .collect();
+        assert!(
+            !algorithms.is_empty() && algorithms.iter().all(|&a| a == want),
+            "{backend:?}: want {want} on every connection to node 1: {text}"
+        );
+        cluster.shutdown().unwrap();
+    }
+}

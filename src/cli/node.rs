@@ -63,6 +63,9 @@ pub struct NodeArgs {
     /// kernel's defaults (hours).
     #[arg(long, default_value_t = weft::transport::DEAD_AFTER.as_millis() as u64)]
     dead_after_ms: u64,
+    /// TCP congestion control of the node's connections ("system": the machine's default).
+    #[arg(long, default_value = weft::engine::congestion::PREFERRED)]
+    congestion: String,
 }
 
 fn parse_peers(s: &str) -> anyhow::Result<HashMap<NodeId, SocketAddr>> {
@@ -145,6 +148,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             backend: a.backend,
             pin: false,
             dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
+            congestion: (a.congestion != "system").then(|| a.congestion.clone()),
             ..NodeOptions::default()
         },
     };

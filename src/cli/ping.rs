@@ -36,9 +36,21 @@ pub struct PingArgs {
     /// ratio, and their median comes with a 95% interval (6 rounds or more).
     #[arg(long, default_value_t = 10)]
     rounds: u64,
+    /// TCP congestion control of weft's connections ("system": the machine's default).
+    #[arg(long, default_value = weft::engine::congestion::PREFERRED)]
+    congestion: String,
+    /// With --compare: the peer's congestion control (default: the same as weft's, so that
+    /// the engines are compared; "system": what a plain program gets).
+    #[arg(long)]
+    peer_congestion: Option<String>,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
+}
+
+/// A congestion control argument: "system" leaves the machine's default.
+fn congestion(name: &str) -> Option<String> {
+    (name != "system").then(|| name.to_string())
 }
 
 /// Run `weft ping`.
@@ -55,10 +67,12 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         wait: a.wait,
         backend: a.backend,
         zerocopy_min: a.zerocopy_min,
+        congestion: congestion(&a.congestion),
         ..NodeOptions::default()
     };
     let (ours, peer) = if a.compare {
-        compare(&a.sizes, a.iters, a.rounds, opts)?
+        let peer_cc = congestion(a.peer_congestion.as_deref().unwrap_or(&a.congestion));
+        compare(&a.sizes, a.iters, a.rounds, opts, peer_cc.as_deref())?
     } else {
         (engine(&a.sizes, a.iters, opts)?, Vec::new())
     };
@@ -70,6 +84,15 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     }
     say!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2");
     say!("steal = CPU time the hypervisor took from this machine during that backend's run");
+    let cc = |rows: &[PingRow]| rows.first().map_or(String::new(), |r| r.congestion.clone());
+    match peer.is_empty() {
+        true => say!("TCP congestion control: {}", cc(&ours)),
+        false => say!(
+            "TCP congestion control: weft {}, std-busy {}",
+            cc(&ours),
+            cc(&peer)
+        ),
+    }
     say!(
         "{:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
         "size",

@@ -166,6 +166,10 @@ pub struct NodeOptions {
     /// finds a host that vanished without resetting its connections. `None`: the kernel's
     /// defaults (hours when idle). See [`DEAD_AFTER`].
     pub dead_after: Option<Duration>,
+    /// TCP congestion control of every connection (see [`crate::engine::congestion`]: the
+    /// default, CUBIC, or Reno where CUBIC is not allowed; not BBR, whose pacing cost a 1 MiB
+    /// message 3x over loopback). `None`: the system's default.
+    pub congestion: Option<String>,
 }
 
 /// Default [`NodeOptions::dead_after`]. Keepalive costs one bare ACK each way per idle
@@ -187,6 +191,7 @@ impl Default for NodeOptions {
             reactors: None,
             placement: None,
             dead_after: Some(DEAD_AFTER),
+            congestion: Some(crate::engine::congestion::PREFERRED.to_string()),
         }
     }
 }
@@ -264,6 +269,7 @@ where
         recv_buffers: opts.recv_buffers,
         zerocopy_min: opts.zerocopy_min,
         dead_after: opts.dead_after,
+        congestion: opts.congestion.clone(),
     };
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),

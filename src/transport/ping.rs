@@ -33,6 +33,8 @@ pub struct PingRow {
     pub mb_per_s: f64,
     /// Timed round trips.
     pub iters: u64,
+    /// The TCP congestion control of the row's connections (see `engine::congestion`).
+    pub congestion: String,
     /// CPU time the hypervisor stole during this backend's run, % of all CPUs' time.
     pub steal_pct: Option<f64>,
     /// With `--compare`, on weft's rows: weft's p50 over the peer's, one ratio per round
@@ -49,6 +51,7 @@ fn rows_from(
     sizes: &[usize],
     backend: &str,
     wait: &str,
+    congestion: &str,
     steal_pct: Option<f64>,
 ) -> Vec<PingRow> {
     sizes
@@ -69,6 +72,7 @@ fn rows_from(
                 p999_us: s.p999_us,
                 mb_per_s: size as f64 / s.mean_us.max(1e-9),
                 iters: s.count,
+                congestion: congestion.into(),
                 steal_pct,
                 p50_ratio: None,
                 mb_ratio: None,
@@ -83,11 +87,13 @@ pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<Ping
     let steal = StealMeter::start();
     let backend = choose_backend(opts.backend)?;
     let rtts = engine_rtts(sizes, iters, backend, opts.clone())?;
+    let congestion = crate::engine::congestion::resolve(opts.congestion.as_deref())?;
     Ok(rows_from(
         &rtts,
         sizes,
         &backend.to_string(),
         &opts.wait.to_string(),
+        &congestion,
         steal.pct(),
     ))
 }
@@ -98,14 +104,20 @@ pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<Ping
 /// turns both sides meet the same ones and their ratio holds; run one after the other, a
 /// spell can fall on one side alone. Each round also gives a ratio of its own, and weft's rows
 /// carry their median and its interval ([`PingRow::p50_ratio`]): a spell that lasts a round
-/// moves one ratio, not the pooled figures of one side. Returns weft's rows and the peer's.
+/// moves one ratio, not the pooled figures of one side. The peer's connections use
+/// `peer_congestion` (`None`: the system's default; pass `opts.congestion` to compare the
+/// engines alone). Returns weft's rows and the peer's.
 pub fn compare(
     sizes: &[usize],
     iters: u64,
     rounds: u64,
     opts: NodeOptions,
+    peer_congestion: Option<&str>,
 ) -> Result<(Vec<PingRow>, Vec<PingRow>), EngineError> {
+    use crate::engine::congestion::resolve;
     let backend = choose_backend(opts.backend)?;
+    let our_cc = resolve(opts.congestion.as_deref())?;
+    let peer_cc = resolve(peer_congestion)?;
     let rounds = rounds.clamp(1, iters.max(1));
     let (mut ours, mut peers) = (HashMap::new(), HashMap::new());
     let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
@@ -118,10 +130,10 @@ pub fn compare(
         let our = engine_rtts(sizes, n, backend, opts.clone())?;
         our_steal = our_steal.with(&steal);
         let steal = StealMeter::start();
-        let peer = std_busy_poll_rtts(sizes, n)?;
+        let peer = std_busy_poll_rtts(sizes, n, peer_congestion)?;
         peer_steal = peer_steal.with(&steal);
-        let ours_now = rows_from(&our, sizes, &backend_name, &wait, None);
-        let peer_now = rows_from(&peer, sizes, "std-busy", "busy", None);
+        let ours_now = rows_from(&our, sizes, &backend_name, &wait, &our_cc, None);
+        let peer_now = rows_from(&peer, sizes, "std-busy", "busy", &peer_cc, None);
         for (o, p) in ours_now.iter().zip(&peer_now) {
             let (p50, mb) = per_round.entry(o.size).or_default();
             p50.push(o.p50_us / p.p50_us);
@@ -130,7 +142,7 @@ pub fn compare(
         merge(&mut ours, our);
         merge(&mut peers, peer);
     }
-    let mut weft = rows_from(&ours, sizes, &backend_name, &wait, our_steal.pct());
+    let mut weft = rows_from(&ours, sizes, &backend_name, &wait, &our_cc, our_steal.pct());
     for row in &mut weft {
         if let Some((p50, mb)) = per_round.get(&row.size) {
             row.p50_ratio = median_interval(p50);
@@ -139,7 +151,14 @@ pub fn compare(
     }
     Ok((
         weft,
-        rows_from(&peers, sizes, "std-busy", "busy", peer_steal.pct()),
+        rows_from(
+            &peers,
+            sizes,
+            "std-busy",
+            "busy",
+            &peer_cc,
+            peer_steal.pct(),
+        ),
     ))
 }
 
@@ -245,12 +264,20 @@ pub fn spin_write(s: &mut impl Write, buf: &[u8]) -> std::io::Result<()> {
 }
 
 /// The peer: the same ping-pong over std `TcpStream`s, non-blocking and busy-polled, each end
-/// pinned like the engine's nodes. An 8-byte length prefix frames each message. Returns the
-/// round-trip times in nanoseconds, per size.
+/// pinned like the engine's nodes, with TCP congestion control `congestion` (`None`: the
+/// system's default). An 8-byte length prefix frames each message. Returns the round-trip
+/// times in nanoseconds, per size.
 pub fn std_busy_poll_rtts(
     sizes: &[usize],
     iters: u64,
+    congestion: Option<&str>,
 ) -> std::io::Result<HashMap<usize, Vec<u64>>> {
+    let set_cc = |s: &TcpStream, name: Option<&str>| {
+        if let Some(name) = name {
+            crate::engine::congestion::apply(s, name);
+        }
+    };
+    let server_cc = congestion.map(str::to_string);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let max = sizes.iter().copied().max().unwrap_or(0);
@@ -259,6 +286,7 @@ pub fn std_busy_poll_rtts(
     let server = std::thread::spawn(move || -> std::io::Result<()> {
         pin(1);
         let (mut s, _) = listener.accept()?;
+        set_cc(&s, server_cc.as_deref());
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
         let mut buf = page_buffer(max + 8, 0);
@@ -276,6 +304,7 @@ pub fn std_busy_poll_rtts(
     });
     pin(0);
     let mut s = TcpStream::connect(addr)?;
+    set_cc(&s, congestion);
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
     let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();

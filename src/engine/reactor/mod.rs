@@ -133,6 +133,9 @@ pub struct ReactorConfig {
     /// How long a peer's kernel may stay silent before its connection fails (see
     /// [`conn::bound_silence`]); `None` leaves the kernel's defaults.
     pub dead_after: Option<Duration>,
+    /// TCP congestion control of every connection ([`crate::engine::congestion`]); `None`
+    /// leaves the system's default.
+    pub congestion: Option<String>,
 }
 
 /// A node to host.
@@ -584,6 +587,9 @@ where
         stream.set_nodelay(true)?;
         if let Some(limit) = self.cfg.dead_after {
             conn::bound_silence(&stream, limit)?;
+        }
+        if let Some(name) = &self.cfg.congestion {
+            crate::engine::congestion::apply(&stream, name);
         }
         let mut hello = Vec::new();
         let handshake = match Handshake::start(role, identity, dialed, &mut hello) {

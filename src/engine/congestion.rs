@@ -1,0 +1,88 @@
+//! The TCP congestion control weft's connections use.
+//!
+//! A machine's default may be BBR (it is on the 2026-11-23 test host). BBR paces a flow at its
+//! estimate of the path's bottleneck rate and bounds it to about one estimated bandwidth-delay
+//! product in flight; between the processes of one job, over loopback or a cluster fabric,
+//! that estimate is what limits a large message. A 1 MiB std ping-pong over loopback took
+//! 295-308 µs one-way with BBR, spread over modes from 110 to 400 µs that a microsecond of
+//! timing tips (see `examples/turnaround.rs`), and 101 µs with CUBIC or Reno, p25-p75 within
+//! ±3%. So weft asks for CUBIC, Linux's usual default, and takes Reno (built into every
+//! kernel and allowed to every user) when CUBIC is not available to it; an unprivileged
+//! process may only pick from `net.ipv4.tcp_allowed_congestion_control`.
+
+use std::os::fd::AsFd;
+use std::sync::Once;
+
+/// What [`apply`] asks for first (`NodeOptions::congestion`'s default).
+pub const PREFERRED: &str = "cubic";
+
+/// Always there, and allowed to every user.
+const FALLBACK: &str = "reno";
+
+static NOTICE: Once = Once::new();
+
+/// Set the congestion control of `socket`: `name`, or Reno if `name` cannot be had (noted
+/// once per process). Returns the one in force, `None` if neither could be set (the system's
+/// default stays, and that is noted too).
+pub fn apply(socket: &impl AsFd, name: &str) -> Option<String> {
+    let sock = socket2::SockRef::from(socket);
+    let set = |n: &str| sock.set_tcp_congestion(n.as_bytes());
+    let chosen = match set(name) {
+        Ok(()) => name,
+        Err(why) => {
+            let fallback = set(FALLBACK);
+            NOTICE.call_once(|| match &fallback {
+                Ok(()) => eprintln!("weft: TCP congestion control {name:?}: {why}; using {FALLBACK}"),
+                Err(e) => eprintln!(
+                    "weft: TCP congestion control {name:?}: {why}, {FALLBACK}: {e}; keeping the system's"
+                ),
+            });
+            fallback.ok()?;
+            FALLBACK
+        }
+    };
+    Some(chosen.to_string())
+}
+
+/// The congestion control a new connection gets when `requested` (as in
+/// `NodeOptions::congestion`; `None`: the system's default) is asked for.
+pub fn resolve(requested: Option<&str>) -> std::io::Result<String> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+    match requested.and_then(|name| apply(&probe, name)) {
+        Some(name) => Ok(name),
+        None => of(&probe),
+    }
+}
+
+/// The congestion control in force on `socket`.
+pub fn of(socket: &impl AsFd) -> std::io::Result<String> {
+    let name = socket2::SockRef::from(socket).tcp_congestion()?;
+    Ok(String::from_utf8_lossy(&name)
+        .trim_end_matches('\0')
+        .to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket() -> std::net::TcpListener {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+    }
+
+    /// Reno is always there: asking for it gets it; an algorithm the kernel does not have
+    /// gets Reno, not the system's default and not an error.
+    #[test]
+    fn asks_for_a_name_and_falls_back_to_reno() {
+        let s = socket();
+        assert_eq!(apply(&s, "reno").as_deref(), Some("reno"));
+        assert_eq!(of(&s).unwrap(), "reno");
+        let s = socket();
+        assert_eq!(apply(&s, "no-such-algorithm").as_deref(), Some("reno"));
+        assert_eq!(of(&s).unwrap(), "reno");
+        let s = socket();
+        let got = apply(&s, PREFERRED).unwrap();
+        assert!(got == PREFERRED || got == FALLBACK, "{got}");
+        assert_eq!(of(&s).unwrap(), got);
+    }
+}
