@@ -7,9 +7,10 @@
 //! slow and fast spells fall on every delay alike. Prints the one-way p25/p50/p75 per delay.
 //!
 //! Why: at 1 MiB weft's turnaround is 2-3 µs (its user-space state is cold after the kernel
-//! copied a megabyte through the cache) where the std peer's is 0.2-0.6 µs, and this probe
-//! shows a turnaround of 0.25-3 µs moving the peer itself by 5-25% at 1 MiB, in either
-//! direction depending on the sitting. See `bluegene_notes/engine-latency.md`.
+//! copied a megabyte through the cache) where the std peer's is 0.2-0.6 µs. Under BBR (this
+//! probe's sockets take the machine's default congestion control) a turnaround of 0.25-3 µs
+//! moved the peer itself by 5-25% at 1 MiB, in either direction depending on the sitting;
+//! under CUBIC it adds only itself. See `bluegene_notes/engine-latency.md`.
 //!
 //! `cargo run --release --example turnaround -- [size] [delay_ns ...]`
 
