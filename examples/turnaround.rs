@@ -12,7 +12,7 @@
 //! moved the peer itself by 5-25% at 1 MiB, in either direction depending on the sitting;
 //! under CUBIC it adds only itself. See `bluegene_notes/engine-latency.md`.
 //!
-//! `cargo run --release --example turnaround -- [size] [delay_ns ...]`
+//! `[WEFT_PROBE_CC=cubic] cargo run --release --example turnaround -- [size] [delay_ns ...]`
 
 #[path = "common/alternating.rs"]
 mod alternating;

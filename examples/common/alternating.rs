@@ -4,13 +4,22 @@
 //! A client pinned to core 0 and an echo pinned to core 1, over loopback, non-blocking and
 //! busy-polled like `weft ping`'s peer. Variant `v` runs `PER_TURN` round trips, then the
 //! next variant, round robin, `turns` times; the first three turns warm the connection up and
-//! are not kept.
+//! are not kept. Both sockets take the machine's default TCP congestion control, or the one
+//! `WEFT_PROBE_CC` names (e.g. `WEFT_PROBE_CC=cubic`, against this host's default BBR).
 
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
 /// Round trips of one variant before the next takes over.
 pub const PER_TURN: usize = 20;
+
+/// Give `s` the congestion control `WEFT_PROBE_CC` names, if it names one.
+fn congestion(s: &TcpStream) {
+    if let Ok(name) = std::env::var("WEFT_PROBE_CC") {
+        let got = weft::engine::congestion::apply(s, &name);
+        assert_eq!(got.as_deref(), Some(name.as_str()), "WEFT_PROBE_CC={name}");
+    }
+}
 
 fn pin(core: usize) {
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
@@ -35,6 +44,7 @@ where
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         pin(1);
         let (mut s, _) = listener.accept()?;
+        congestion(&s);
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
         for i in 0..rounds {
@@ -44,6 +54,7 @@ where
     });
     pin(0);
     let mut s = TcpStream::connect(addr)?;
+    congestion(&s);
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
     let mut rtts = vec![Vec::new(); variants];
