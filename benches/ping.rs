@@ -48,6 +48,14 @@ fn weft_rtts(backend: Backend, size: usize, iters: u64) -> Duration {
     Duration::from_nanos(pinger.samples().iter().map(|&(_, rtt)| rtt).sum())
 }
 
+/// The peers' sockets get the engine's congestion control, so that engines are compared (with
+/// this host's default, BBR, a 1 MiB message took 3x longer for pacing alone).
+fn same_congestion(s: &impl std::os::fd::AsFd) {
+    if let Some(name) = weft::transport::NodeOptions::default().congestion {
+        weft::engine::congestion::apply(s, &name);
+    }
+}
+
 fn tokio_rtts(size: usize, iters: u64) -> Duration {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -63,6 +71,7 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
             let l = tokio::net::TcpListener::from_std(std_listener).expect("listener");
             let (mut s, _) = l.accept().await.expect("accept");
             s.set_nodelay(true).expect("nodelay");
+            same_congestion(&s);
             let mut buf = weft::transport::ping::page_buffer(size, 0);
             while s.read_exact(&mut buf).await.is_ok() {
                 if s.write_all(&buf).await.is_err() {
@@ -79,6 +88,7 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
     let total = rt.block_on(async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.set_nodelay(true).expect("nodelay");
+        same_congestion(&s);
         let msg = weft::transport::ping::page_buffer(size, 0x5a);
         let mut back = weft::transport::ping::page_buffer(size, 0);
         let start = Instant::now();
@@ -93,7 +103,7 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
 }
 
 fn std_rtts(size: usize, iters: u64) -> Duration {
-    // The same congestion control as the engine's nodes, so that the engines are compared.
+    // The same congestion control as the engine's nodes (see `same_congestion`).
     let cc = weft::transport::NodeOptions::default().congestion;
     let rtts =
         weft::transport::ping::std_busy_poll_rtts(&[size], iters, cc.as_deref()).expect("std ping");
