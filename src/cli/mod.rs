@@ -143,6 +143,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// A `--congestion` argument: "system" leaves the machine's default.
+pub(crate) fn congestion_arg(name: &str) -> Option<String> {
+    (name != "system").then(|| name.to_string())
+}
+
 /// Stdout cannot be written: see [`say!`].
 pub(crate) fn stdout_failed(e: std::io::Error) -> ! {
     if e.kind() == std::io::ErrorKind::BrokenPipe {

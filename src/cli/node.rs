@@ -148,7 +148,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             backend: a.backend,
             pin: false,
             dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
-            congestion: (a.congestion != "system").then(|| a.congestion.clone()),
+            congestion: super::congestion_arg(&a.congestion),
             ..NodeOptions::default()
         },
     };

@@ -48,11 +48,6 @@ pub struct PingArgs {
     json: bool,
 }
 
-/// A congestion control argument: "system" leaves the machine's default.
-fn congestion(name: &str) -> Option<String> {
-    (name != "system").then(|| name.to_string())
-}
-
 /// Run `weft ping`.
 pub fn run(a: PingArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -67,11 +62,11 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         wait: a.wait,
         backend: a.backend,
         zerocopy_min: a.zerocopy_min,
-        congestion: congestion(&a.congestion),
+        congestion: super::congestion_arg(&a.congestion),
         ..NodeOptions::default()
     };
     let (ours, peer) = if a.compare {
-        let peer_cc = congestion(a.peer_congestion.as_deref().unwrap_or(&a.congestion));
+        let peer_cc = super::congestion_arg(a.peer_congestion.as_deref().unwrap_or(&a.congestion));
         compare(&a.sizes, a.iters, a.rounds, opts, peer_cc.as_deref())?
     } else {
         (engine(&a.sizes, a.iters, opts)?, Vec::new())
