@@ -8,6 +8,7 @@
 //! kernel or sandbox refuses it, said once on stderr), or forced by `--backend` or
 //! `WEFT_BACKEND`. The engine knows frames and timers, never protocol rules.
 
+pub mod clock;
 pub mod congestion;
 pub mod reactor;
 pub mod timers;

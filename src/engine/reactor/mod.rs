@@ -31,6 +31,7 @@
 mod conn;
 mod ring;
 
+use super::clock::Clock;
 use super::timers::Timers;
 use super::uring::Uring;
 use super::{Backend, EngineError, WaitMode, SPIN};
@@ -175,7 +176,8 @@ pub struct Reactor<P: Protocol> {
     free: Vec<usize>,
     outbox: Outbox<P::Msg>,
     timers: Timers<(usize, TimerId)>,
-    epoch: Instant,
+    /// Nanoseconds since the cluster's epoch, for protocols and timers.
+    clock: Clock,
     commands: Receiver<Command>,
     events: Sender<(NodeId, NodeEvent)>,
     /// Received messages: (hosted node, sender, message).
@@ -276,7 +278,7 @@ where
                 retire: spec.retire,
             }));
         }
-        let epoch = cfg.epoch;
+        let clock = Clock::since(cfg.epoch);
         Ok(Self {
             cfg,
             poll,
@@ -286,7 +288,7 @@ where
             free: Vec::new(),
             outbox: Outbox::new(),
             timers: Timers::default(),
-            epoch,
+            clock,
             commands,
             events,
             inbox: Vec::new(),
@@ -309,7 +311,7 @@ where
     }
 
     fn now(&self) -> Time {
-        Time(self.epoch.elapsed().as_nanos() as u64)
+        self.clock.now()
     }
 
     /// The id of hosted node `h` (stopped nodes have none).
