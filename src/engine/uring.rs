@@ -432,6 +432,11 @@ impl Uring {
         self.ring.submit().map(drop)
     }
 
+    /// Whether any completion waits (a load of the queue's tail: no syscall).
+    pub fn has_completions(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
     /// Hand every waiting completion to `f`, then give its buffer back.
     pub fn drain(&mut self, mut f: impl FnMut(Completion<'_>)) {
         let mut done = std::mem::take(&mut self.done);
