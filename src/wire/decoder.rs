@@ -137,7 +137,28 @@ impl FrameDecoder {
     /// The buffer, ready to take `more` bytes at its end: ours alone (a fresh one holding the
     /// unread bytes if frames still share the old one), compacted when the consumed part is
     /// the larger (keeps alignment: `read % 16 == 0`).
+    #[inline]
     fn writable(&mut self, more: usize) -> &mut AlignedVec<PAGE> {
+        // The usual case, and every empty read of a spinning reactor: the buffer is ours alone,
+        // has the room and is not worth compacting. One uniqueness check (an atomic
+        // compare-and-swap) instead of the two below. No `Weak` of the buffer is ever made,
+        // and only this decoder clones it, so a strong count of 1 cannot change meanwhile.
+        let settled = self.read == 0 || self.read * 2 < self.buf.len();
+        if settled
+            && self.buf.capacity() - self.buf.len() >= more
+            && Arc::strong_count(&self.buf) == 1
+        {
+            let Some(buf) = Arc::get_mut(&mut self.buf) else {
+                unreachable!("the only handle on the buffer is this one")
+            };
+            return buf;
+        }
+        self.make_writable(more)
+    }
+
+    /// [`Self::writable`]'s other cases: a shared buffer, one too small, or one to compact.
+    #[inline(never)]
+    fn make_writable(&mut self, more: usize) -> &mut AlignedVec<PAGE> {
         let rest = self.buf.len() - self.read;
         let need = rest + more;
         let shared = Arc::get_mut(&mut self.buf).is_none();
