@@ -429,7 +429,6 @@ where
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e.into()),
                 }
-                active |= !events.is_empty();
             } else {
                 events.clear();
             }
@@ -440,18 +439,28 @@ where
             if spinning && self.uring.is_some() {
                 active |= self.read_hot()?;
             }
+            // Work, for adaptive waiting, is what an event brought, not the event: registering a
+            // connection again (a poll reactor about to block) reports it writable at once, and
+            // counting that kept an idle adaptive reactor spinning for good. The ring's event
+            // is counted by `uring_step`, which takes its completions.
             for ev in events.iter() {
-                match ev.token() {
-                    WAKER => self.commands()?,
-                    RING => {}
-                    Token(t) if t >= LISTENERS => self.accept(t - LISTENERS)?,
+                active |= match ev.token() {
+                    WAKER => {
+                        self.commands()?;
+                        true
+                    }
+                    RING => false,
+                    Token(t) if t >= LISTENERS => {
+                        self.accept(t - LISTENERS)?;
+                        true
+                    }
                     Token(t) => self.service(
                         t - FIRST_CONN,
                         ev.is_readable(),
                         ev.is_writable(),
                         ev.is_error(),
                     )?,
-                }
+                };
             }
             self.deliver()?;
             if self.timers.has_pending() {
@@ -705,11 +714,14 @@ where
         readable: bool,
         writable: bool,
         error: bool,
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
+        // Whether the event brought work: data, an error, or room for queued bytes.
+        let mut work = readable || error;
         if writable || error {
             let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
-                return Ok(());
+                return Ok(false);
             };
+            work |= !conn.out.is_empty();
             let pending = error
                 .then(|| conn.stream.take_error().unwrap_or_else(Some))
                 .flatten();
@@ -718,15 +730,15 @@ where
                 None => conn.flush().err().map(|e| e.to_string()),
             };
             if let Some(why) = failed {
-                return self.close(slot, why);
+                return self.close(slot, why).map(|()| true);
             }
         }
         if readable {
             if let Err(why) = self.read(slot) {
-                return self.close(slot, why);
+                return self.close(slot, why).map(|()| true);
             }
         }
-        Ok(())
+        Ok(work)
     }
 
     /// Read everything available (epoll path), then process the frames.
