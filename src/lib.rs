@@ -61,6 +61,7 @@ pub mod model;
 pub mod plot;
 pub mod proto;
 pub mod sim;
+mod sys;
 pub mod topology;
 pub mod transport;
 pub mod wire;

@@ -230,7 +230,7 @@ impl FrameDecoder {
         // SAFETY: the buffer's capacity ends `want` bytes past `len`; `recv` writes at most
         // that many, and only the `n` it reports as written are then counted as initialized.
         unsafe {
-            let n = libc::recv(fd, buf.as_mut_ptr().add(len).cast(), want, 0);
+            let n = crate::sys::recv(fd, buf.as_mut_ptr().add(len), want);
             if n < 0 {
                 return Err(std::io::Error::last_os_error());
             }

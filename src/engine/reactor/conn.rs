@@ -7,6 +7,7 @@ use crate::NodeId;
 use bytes::Bytes;
 use mio::net::TcpStream;
 use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// How a stopped node's connections end.
@@ -102,7 +103,10 @@ impl Conn {
     pub(super) fn flush(&mut self) -> std::io::Result<()> {
         while !self.out.is_empty() {
             let written = match self.out.contiguous() {
-                Some(bytes) => self.stream.write(bytes),
+                Some(bytes) => match crate::sys::send(self.stream.as_raw_fd(), bytes) {
+                    n if n >= 0 => Ok(n as usize),
+                    _ => Err(std::io::Error::last_os_error()),
+                },
                 None => {
                     let mut iov = [std::io::IoSlice::new(&[]); MAX_IOV];
                     let n = self.out.slices(&mut iov);
