@@ -73,6 +73,7 @@ const BURY_PER_TURN: usize = 2;
 
 /// An adaptive reactor that spins reads the clock every this many turns (see `run`).
 const ADAPTIVE_CHECK: u32 = 16;
+
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
 
