@@ -274,7 +274,7 @@ const STACK_SCRATCH: usize = 512;
 /// not and takes the gathering path.
 const IN_PLACE_ROOM: usize = 512;
 
-/// A frame's padding (a constant: a local array is built with a `memset` call per frame).
+/// A frame's padding.
 static ZEROS: [u8; 16] = [0; 16];
 
 /// Serialize `msg` into `w`: with stack scratch space, or again with the thread's arena if that
