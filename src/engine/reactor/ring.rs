@@ -145,7 +145,7 @@ where
             return Ok(false);
         };
         u.poke()?;
-        // Most turns of a spinning reactor find nothing: skip the lists below (about 200
+        // Most turns of a spinning reactor find nothing: skip the lists below (about 250
         // instructions a turn, and a turn's length is how late a spinning reactor notices a
         // message, on average by half).
         if !u.has_completions() {
