@@ -9,7 +9,7 @@ use crate::proto::bmg::BmgMsg;
 use crate::proto::overlay::OverlayMsg;
 use crate::proto::ring::RingMsg;
 use crate::NodeId;
-use rkyv::rancor::BoxedError;
+use rkyv::rancor::{BoxedError, Failure};
 use rkyv::{Archive, Deserialize, Serialize};
 
 /// A membership epoch's state on the wire ([`crate::proto::membership::Regroup`]).
@@ -213,9 +213,21 @@ impl Msg {
 
     /// Validate a frame body and view it in place. `body` must start 16-byte aligned (frame
     /// bodies in a [`super::FrameDecoder`]'s buffer do).
+    ///
+    /// The check runs with rkyv's zero-sized error type first: every byte is checked the
+    /// same, but no error context is built along the way, and it costs a third of the
+    /// cycles (a warm loop: 12–17 against 32–53 per 32-byte ping). Only a body that fails
+    /// is checked again, with `BoxedError`, for a readable reason.
     pub fn access(body: &[u8]) -> Result<&ArchivedMsg, WireError> {
-        rkyv::access::<ArchivedMsg, BoxedError>(body)
-            .map_err(|e| WireError::Malformed(e.to_string()))
+        if let Ok(msg) = rkyv::access::<ArchivedMsg, Failure>(body) {
+            return Ok(msg);
+        }
+        Err(WireError::Malformed(
+            match rkyv::access::<ArchivedMsg, BoxedError>(body) {
+                Err(e) => e.to_string(),
+                Ok(_) => "rejected by the check, accepted by the explained one".into(),
+            },
+        ))
     }
 }
 
@@ -397,6 +409,44 @@ mod tests {
                 crate::wire::frame::write_frame(Kind::Msg, &body, &mut theirs).unwrap();
             }
             assert_eq!(ours, theirs, "prefix {prefix}");
+        }
+    }
+
+    /// A body the check rejects is rejected with rkyv's own reason, whichever way it is
+    /// wrong: a bad variant tag, a payload length past the body, a relative pointer out of
+    /// it, or too few bytes for the root.
+    #[test]
+    fn rejected_bodies_carry_a_readable_reason() {
+        let good = rkyv::to_bytes::<BoxedError>(&Msg::Ping {
+            seq: 1,
+            payload: vec![5; 40].into(),
+        })
+        .unwrap();
+        assert!(Msg::access(&good).is_ok());
+        let root = good.len() - std::mem::size_of::<ArchivedMsg>();
+        let mut cases: Vec<(&str, rkyv::util::AlignedVec<16>)> = Vec::new();
+        // A ping's root: the tag, then `seq` at +8, then the payload's relative pointer (+16)
+        // and length (+20).
+        for (what, at, byte) in [
+            ("tag", root, 0xee),
+            ("length", root + 20, 0x7f),
+            ("pointer", root + 16, 0x40),
+        ] {
+            let mut bad = good.clone();
+            bad[at] = byte;
+            cases.push((what, bad));
+        }
+        let mut short = rkyv::util::AlignedVec::<16>::new();
+        short.extend_from_slice(&good[..8]);
+        cases.push(("short", short));
+        for (what, bad) in cases {
+            match Msg::access(&bad) {
+                Err(WireError::Malformed(why)) => assert!(
+                    !why.is_empty() && !why.contains("accepted by the explained one"),
+                    "{what}: {why}"
+                ),
+                other => panic!("{what}: {other:?}"),
+            }
         }
     }
 
