@@ -51,9 +51,8 @@ fn weft_rtts(backend: Backend, size: usize, iters: u64) -> Duration {
 /// The peers' sockets get the engine's congestion control, so that engines are compared (with
 /// this host's default, BBR, a 1 MiB message took 3x longer for pacing alone).
 fn same_congestion(s: &impl std::os::fd::AsFd) {
-    if let Some(name) = weft::transport::NodeOptions::default().congestion {
-        weft::engine::congestion::apply(s, &name);
-    }
+    let cc = weft::transport::NodeOptions::default().congestion;
+    weft::engine::congestion::apply(s, cc.as_deref());
 }
 
 fn tokio_rtts(size: usize, iters: u64) -> Duration {

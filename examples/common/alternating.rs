@@ -16,7 +16,7 @@ pub const PER_TURN: usize = 20;
 /// Give `s` the congestion control `WEFT_PROBE_CC` names, if it names one.
 fn congestion(s: &TcpStream) {
     if let Ok(name) = std::env::var("WEFT_PROBE_CC") {
-        let got = weft::engine::congestion::apply(s, &name);
+        let got = weft::engine::congestion::apply(s, Some(&name));
         assert_eq!(got.as_deref(), Some(name.as_str()), "WEFT_PROBE_CC={name}");
     }
 }

@@ -21,10 +21,12 @@ const FALLBACK: &str = "reno";
 
 static NOTICE: Once = Once::new();
 
-/// Set the congestion control of `socket`: `name`, or Reno if `name` cannot be had (noted
-/// once per process). Returns the one in force, `None` if neither could be set (the system's
-/// default stays, and that is noted too).
-pub fn apply(socket: &impl AsFd, name: &str) -> Option<String> {
+/// Set the congestion control of `socket` to `requested` (as in `NodeOptions::congestion`;
+/// `None`: leave the system's default), or to Reno if that cannot be had (noted once per
+/// process). Returns the one set, `None` if none was (asked for none, or neither could be
+/// set, which is noted too).
+pub fn apply(socket: &impl AsFd, requested: Option<&str>) -> Option<String> {
+    let name = requested?;
     let sock = socket2::SockRef::from(socket);
     let set = |n: &str| sock.set_tcp_congestion(n.as_bytes());
     let chosen = match set(name) {
@@ -48,7 +50,7 @@ pub fn apply(socket: &impl AsFd, name: &str) -> Option<String> {
 /// `NodeOptions::congestion`; `None`: the system's default) is asked for.
 pub fn resolve(requested: Option<&str>) -> std::io::Result<String> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-    match requested.and_then(|name| apply(&probe, name)) {
+    match apply(&probe, requested) {
         Some(name) => Ok(name),
         None => of(&probe),
     }
@@ -75,13 +77,16 @@ mod tests {
     #[test]
     fn asks_for_a_name_and_falls_back_to_reno() {
         let s = socket();
-        assert_eq!(apply(&s, "reno").as_deref(), Some("reno"));
+        assert_eq!(apply(&s, Some("reno")).as_deref(), Some("reno"));
         assert_eq!(of(&s).unwrap(), "reno");
         let s = socket();
-        assert_eq!(apply(&s, "no-such-algorithm").as_deref(), Some("reno"));
+        assert_eq!(
+            apply(&s, Some("no-such-algorithm")).as_deref(),
+            Some("reno")
+        );
         assert_eq!(of(&s).unwrap(), "reno");
         let s = socket();
-        let got = apply(&s, PREFERRED).unwrap();
+        let got = apply(&s, Some(PREFERRED)).unwrap();
         assert!(got == PREFERRED || got == FALLBACK, "{got}");
         assert_eq!(of(&s).unwrap(), got);
     }

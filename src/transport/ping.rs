@@ -272,11 +272,6 @@ pub fn std_busy_poll_rtts(
     iters: u64,
     congestion: Option<&str>,
 ) -> std::io::Result<HashMap<usize, Vec<u64>>> {
-    let set_cc = |s: &TcpStream, name: Option<&str>| {
-        if let Some(name) = name {
-            crate::engine::congestion::apply(s, name);
-        }
-    };
     let server_cc = congestion.map(str::to_string);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
@@ -286,7 +281,7 @@ pub fn std_busy_poll_rtts(
     let server = std::thread::spawn(move || -> std::io::Result<()> {
         pin(1);
         let (mut s, _) = listener.accept()?;
-        set_cc(&s, server_cc.as_deref());
+        crate::engine::congestion::apply(&s, server_cc.as_deref());
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
         let mut buf = page_buffer(max + 8, 0);
@@ -304,7 +299,7 @@ pub fn std_busy_poll_rtts(
     });
     pin(0);
     let mut s = TcpStream::connect(addr)?;
-    set_cc(&s, congestion);
+    crate::engine::congestion::apply(&s, congestion);
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
     let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();

@@ -618,9 +618,7 @@ where
         if let Some(limit) = self.cfg.dead_after {
             conn::bound_silence(&stream, limit)?;
         }
-        if let Some(name) = &self.cfg.congestion {
-            crate::engine::congestion::apply(&stream, name);
-        }
+        crate::engine::congestion::apply(&stream, self.cfg.congestion.as_deref());
         let mut hello = Vec::new();
         let handshake = match Handshake::start(role, identity, dialed, &mut hello) {
             Ok(hs) => hs,
