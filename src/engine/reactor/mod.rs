@@ -346,7 +346,7 @@ where
         // `ADAPTIVE_CHECK`th spinning turn (a read is ~30 ns here, a fair part of a turn), and
         // notes the time of work then, not per message: the spell ends a few turns late at
         // most. A blocking turn always checks (it is long anyway).
-        let mut last_activity = Instant::now();
+        let mut last_activity = self.now();
         let (mut still_spinning, mut unrecorded, mut unchecked) = (true, false, 0u32);
         // Turns to go before a spinning reactor looks beyond its hot connections.
         let mut until_look: u32 = 1;
@@ -368,10 +368,11 @@ where
                     unchecked += 1;
                     if !still_spinning || unchecked >= ADAPTIVE_CHECK {
                         unchecked = 0;
+                        let now = self.now();
                         if std::mem::take(&mut unrecorded) {
-                            last_activity = Instant::now();
+                            last_activity = now;
                         }
-                        still_spinning = last_activity.elapsed() < SPIN;
+                        still_spinning = now.since(last_activity) < SPIN;
                     }
                     still_spinning
                 }
