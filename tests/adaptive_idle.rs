@@ -3,11 +3,12 @@
 //! spins on. Measured as this process's CPU time over an idle window; the file is its own
 //! test binary so that no other test's threads are counted.
 
-use std::time::{Duration, Instant};
-use weft::engine::reactor::NodeEvent;
+mod common;
+
+use common::events::wait_done;
+use std::time::Duration;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
-use weft::proto::Event;
 use weft::transport::{Cluster, NodeOptions};
 
 /// CPU time this process has used so far, user and system.
@@ -39,15 +40,7 @@ fn idle_cpu(backend: Backend, wait: WaitMode, window: Duration) -> Duration {
         }
     })
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match cluster.events.recv_timeout(left) {
-            Ok((_, NodeEvent::Protocol(Event::Done))) => break,
-            Ok(_) => {}
-            Err(e) => panic!("{backend:?} {wait:?}: no Done ({e})"),
-        }
-    }
+    wait_done(&cluster.events, 20, &format!("{backend:?} {wait:?}"));
     // Well past `SPIN` (200 µs), with room for a slow scheduler.
     std::thread::sleep(Duration::from_millis(50));
     let before = cpu_time();

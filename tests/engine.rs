@@ -1,10 +1,13 @@
 //! The engine on real sockets (127.0.0.1): protocols run unchanged, failures are reported, and
 //! bad input closes one connection while the node keeps serving the others.
 
+mod common;
+
+use common::events::{collect, wait_done};
 use std::collections::HashSet;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::overlay::Overlay;
@@ -29,33 +32,6 @@ fn opts_for(backend: Backend) -> NodeOptions {
         backend: Some(backend),
         ..NodeOptions::default()
     }
-}
-
-/// Wait for events until `done` says so or the deadline passes; returns what was seen.
-fn collect(
-    events: &std::sync::mpsc::Receiver<(NodeId, NodeEvent)>,
-    secs: u64,
-    mut done: impl FnMut(&[(NodeId, NodeEvent)]) -> bool,
-) -> Vec<(NodeId, NodeEvent)> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut seen = Vec::new();
-    while Instant::now() < deadline && !done(&seen) {
-        if let Ok(e) = events.recv_timeout(Duration::from_millis(20)) {
-            seen.push(e);
-        }
-    }
-    seen
-}
-
-/// Wait up to `secs` for some node to report `Done`; fail with `context` and everything seen
-/// if none does.
-fn wait_done(events: &std::sync::mpsc::Receiver<(NodeId, NodeEvent)>, secs: u64, context: &str) {
-    let done = |s: &[(NodeId, NodeEvent)]| {
-        s.iter()
-            .any(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
-    };
-    let seen = collect(events, secs, done);
-    assert!(done(&seen), "{context}: {seen:?}");
 }
 
 #[test]

@@ -1,5 +1,8 @@
-//! Helpers the CLI integration tests share: run the real `weft` binary, get a scratch dir.
+//! Helpers the integration tests share: run the real `weft` binary, get a scratch dir, wait
+//! for what in-process nodes report ([`events`]).
 #![allow(dead_code)] // each test crate uses its own subset
+
+pub mod events;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
