@@ -17,8 +17,10 @@ use rkyv::util::AlignedVec;
 use std::ops::Range;
 use std::sync::Arc;
 
-/// The decoder's receive buffer, shared with the frames cut from it.
-type Buf = Arc<AlignedVec<PAGE>>;
+/// The decoder's receive buffer, shared with the frames cut from it and the payloads they
+/// hand out ([`Frame::share`]).
+pub(crate) type ReceiveBuffer = Arc<AlignedVec<PAGE>>;
+type Buf = ReceiveBuffer;
 
 /// The receive buffer starts on a page, and so does every frame that finds the buffer empty
 /// (the unread bytes always move to its start). A sender's kernel copies a write into pages
@@ -78,10 +80,8 @@ impl Frame {
             return Payload::from(sub);
         };
         let at = self.body.start + offset;
-        Payload::from_bytes(bytes::Bytes::from_owner(Shared {
-            buf: self.buf.clone(),
-            range: at..at + sub.len(),
-        }))
+        Payload::received(self.buf.clone(), at..at + sub.len())
+            .unwrap_or_else(|| Payload::from(sub))
     }
 }
 
@@ -102,18 +102,6 @@ pub struct Lent {
     /// How much it may write.
     pub len: usize,
     keep: Buf,
-}
-
-/// A part of a receive buffer, kept alive by the payload that shares it.
-struct Shared {
-    buf: Buf,
-    range: Range<usize>,
-}
-
-impl AsRef<[u8]> for Shared {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf[self.range.clone()]
-    }
 }
 
 impl Default for FrameDecoder {

@@ -16,7 +16,7 @@ use super::frame::{padded, FrameHeader, Kind, HEADER_LEN};
 use super::payload::{Payload, SHARE_MIN};
 use super::PAGE;
 use super::{Msg, WireError};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use rkyv::api::low::LowSerializer;
 use rkyv::rancor::BoxedError;
 use rkyv::ser::allocator::{ArenaHandle, SubAllocator};
@@ -57,8 +57,13 @@ fn past_own_offset(ahead: usize, addr: usize) -> usize {
 /// Outgoing bytes of one connection, in order.
 #[derive(Debug, Default)]
 pub struct SendQueue {
-    sealed: VecDeque<Bytes>,
+    /// Frozen parts of the open buffer and spliced payloads, both as [`Payload`]s: shared
+    /// bytes the queue never copies.
+    sealed: VecDeque<Payload>,
     open: BytesMut,
+    /// [`GatherWriter`]'s list of splices, kept between messages so that a large one costs no
+    /// allocation.
+    splices: Vec<(usize, Payload)>,
 }
 
 impl SendQueue {
@@ -69,7 +74,7 @@ impl SendQueue {
 
     /// Bytes queued.
     pub fn len(&self) -> usize {
-        self.sealed.iter().map(Bytes::len).sum::<usize>() + self.open.len()
+        self.sealed.iter().map(|c| c.len()).sum::<usize>() + self.open.len()
     }
 
     /// Whether nothing is queued.
@@ -111,7 +116,7 @@ impl SendQueue {
             open: &mut self.open,
             body_start: start + HEADER_LEN,
             spliced: 0,
-            splices: Vec::new(),
+            splices: std::mem::take(&mut self.splices),
             stable: msg.payload(),
         };
         // The low-level serializer: a `Msg` holds no `Rc`/`Arc` to deduplicate, so the
@@ -130,6 +135,8 @@ impl SendQueue {
             Ok(len) => len,
             Err(e) => {
                 self.open.truncate(start);
+                splices.clear();
+                self.splices = splices;
                 return Err(e);
             }
         };
@@ -152,11 +159,13 @@ impl SendQueue {
         // Cut the open buffer at each splice point: the bytes before it become a sealed chunk,
         // then the spliced payload itself.
         let mut cut = 0;
-        for (at, bytes) in splices {
-            self.sealed.push_back(self.open.split_to(at - cut).freeze());
-            self.sealed.push_back(bytes);
+        for (at, payload) in splices.drain(..) {
+            let framing = self.open.split_to(at - cut).freeze();
+            self.sealed.push_back(Payload::from_bytes(framing));
+            self.sealed.push_back(payload);
             cut = at;
         }
+        self.splices = splices;
         Ok(())
     }
 
@@ -198,7 +207,8 @@ impl SendQueue {
     /// Freeze the open buffer into a sealed chunk.
     fn seal(&mut self) {
         if !self.open.is_empty() {
-            self.sealed.push_back(self.open.split().freeze());
+            let framing = self.open.split().freeze();
+            self.sealed.push_back(Payload::from_bytes(framing));
         }
     }
 
@@ -249,14 +259,14 @@ impl SendQueue {
 
     /// Hand the first `max` queued chunks to `out` (for a send that holds them until it
     /// completes).
-    pub fn take(&mut self, out: &mut Vec<Bytes>, max: usize) {
+    pub fn take(&mut self, out: &mut Vec<Payload>, max: usize) {
         self.seal();
         let n = self.sealed.len().min(max);
         out.extend(self.sealed.drain(..n));
     }
 
     /// Put chunks a send did not take back at the front, in order.
-    pub fn unshift(&mut self, chunks: impl DoubleEndedIterator<Item = Bytes>) {
+    pub fn unshift(&mut self, chunks: impl DoubleEndedIterator<Item = Payload>) {
         for c in chunks.rev() {
             self.sealed.push_front(c);
         }
@@ -311,7 +321,7 @@ struct GatherWriter<'a> {
     /// Body bytes recorded as splices rather than written.
     spliced: usize,
     /// (offset in `open` where the bytes belong, the bytes).
-    splices: Vec<(usize, Bytes)>,
+    splices: Vec<(usize, Payload)>,
     stable: Option<&'a Payload>,
 }
 
@@ -329,7 +339,7 @@ impl<E> Writer<E> for GatherWriter<'_> {
         };
         match shared {
             Some(s) => {
-                self.splices.push((self.open.len(), s.to_bytes()));
+                self.splices.push((self.open.len(), s));
                 self.spliced += bytes.len();
             }
             None => self.open.extend_from_slice(bytes),
@@ -551,7 +561,7 @@ mod tests {
         let mut paged = rkyv::util::AlignedVec::<PAGE>::with_capacity(bytes.len() + 16);
         paged.extend_from_slice(&[0; 16]);
         paged.extend_from_slice(&bytes);
-        let paged = Bytes::from_owner(paged);
+        let paged = bytes::Bytes::from_owner(paged);
         for (skew, padded_expected) in [(0usize, true), (16, false)] {
             let payload = Payload::from_bytes(paged.slice(skew..skew + 50_000));
             let m = Msg::Ping { seq: 5, payload };
