@@ -1,6 +1,6 @@
 //! Socket system calls without glibc's wrappers.
 //!
-//! glibc's `recv`, `send` and `writev` are cancellation points: each switches asynchronous
+//! glibc's `recv`, `send` and `writev` (or `sendmsg`) are cancellation points: each switches asynchronous
 //! thread cancellation on and off around the system call, about 40 of the ~60 instructions
 //! a wrapper costs. weft never cancels a thread, and a spinning reactor receives on every
 //! turn and sends on every message, so it calls the kernel through `syscall(2)` instead.
@@ -46,10 +46,29 @@ pub(crate) fn send(fd: RawFd, bytes: &[u8]) -> isize {
     }
 }
 
+/// `sendmsg` of `chunks`, in order (a gather write), with `MSG_NOSIGNAL` as [`send`].
+pub(crate) fn send_gather(fd: RawFd, chunks: &[std::io::IoSlice<'_>]) -> isize {
+    // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid (no address, no
+    // control data).
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is guaranteed ABI-compatible with `iovec` on Unix; the kernel only reads them.
+    hdr.msg_iov = chunks.as_ptr() as *mut libc::iovec;
+    hdr.msg_iovlen = chunks.len() as _;
+    // SAFETY: `hdr` names `chunks.len()` valid iovecs of readable memory, alive for the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sendmsg,
+            fd,
+            &hdr as *const libc::msghdr,
+            libc::MSG_NOSIGNAL,
+        ) as isize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use std::io::{IoSlice, Read, Write};
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
@@ -65,6 +84,15 @@ mod tests {
         // SAFETY: `buf` is valid for 16 bytes of writes.
         let n = unsafe { recv(b.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
         assert_eq!(&buf[..n as usize], b"back");
+        let parts = [
+            IoSlice::new(b"ga"),
+            IoSlice::new(b""),
+            IoSlice::new(b"ther"),
+        ];
+        assert_eq!(send_gather(b.as_raw_fd(), &parts), 6);
+        let mut got = [0u8; 6];
+        a.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"gather", "in order, the empty chunk skipped");
         b.set_nonblocking(true).unwrap();
         // SAFETY: as above.
         let n = unsafe { recv(b.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
@@ -77,6 +105,11 @@ mod tests {
         // A closed peer is an error. (`MSG_NOSIGNAL` also spares a `SIGPIPE`, which Rust's
         // runtime ignores but a C program embedding weft may not.)
         assert_eq!(send(b.as_raw_fd(), b"gone"), -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EPIPE)
+        );
+        assert_eq!(send_gather(b.as_raw_fd(), &parts), -1);
         assert_eq!(
             std::io::Error::last_os_error().raw_os_error(),
             Some(libc::EPIPE)
