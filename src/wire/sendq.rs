@@ -73,7 +73,11 @@ impl SendQueue {
     }
 
     /// Bytes queued.
+    #[inline]
     pub fn len(&self) -> usize {
+        if self.sealed.is_empty() {
+            return self.open.len();
+        }
         self.sealed.iter().map(|c| c.len()).sum::<usize>() + self.open.len()
     }
 
@@ -238,7 +242,18 @@ impl SendQueue {
     }
 
     /// Drop the first `n` bytes: the kernel took them.
-    pub fn consume(&mut self, mut n: usize) {
+    #[inline]
+    pub fn consume(&mut self, n: usize) {
+        // The usual case, a queue of small frames: all of it is the open buffer.
+        if self.sealed.is_empty() {
+            self.open.advance(n.min(self.open.len()));
+            return;
+        }
+        self.consume_sealed(n);
+    }
+
+    /// [`Self::consume`] of a queue that starts with sealed chunks.
+    fn consume_sealed(&mut self, mut n: usize) {
         while n > 0 {
             match self.sealed.front_mut() {
                 Some(front) if front.len() <= n => {
