@@ -7,4 +7,4 @@ cd "$(dirname "$0")/../fuzz"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 mkdir -p corpus/frame
 cp -n seeds/frame/* corpus/frame/ 2>/dev/null || true
-RUSTC_BOOTSTRAP=1 cargo fuzz run frame corpus/frame -- -runs="${1:-1000000}" -max_len=4096
+RUSTC_BOOTSTRAP=1 cargo fuzz run frame corpus/frame -- -runs="${1:-1000000}" -max_len=16384

@@ -1,10 +1,11 @@
-//! Arbitrary bytes from the network: the frame decoder, the in-place message validation and
-//! the handshake must answer with an error, never a panic or a hang.
+//! Arbitrary bytes from the network: the frame decoder, the in-place message validation, the
+//! payloads shared out of the receive buffer and the handshake must answer with an error,
+//! never a panic, a hang or bytes other than the archive's.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
-use weft::wire::{FrameDecoder, Kind, Msg};
+use weft::wire::{ArchivedMsg, FrameDecoder, Kind, Msg};
 use weft::NodeId;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,6 +24,13 @@ fuzz_target!(|data: &[u8]| {
                     if kind == Kind::Msg {
                         if let Ok(m) = Msg::access(bytes) {
                             let _ = m.to_overlay();
+                            if let ArchivedMsg::Ping { payload, .. }
+                            | ArchivedMsg::Pong { payload, .. }
+                            | ArchivedMsg::Data { payload } = m
+                            {
+                                let shared = frame.share(payload.as_slice());
+                                assert_eq!(&shared[..], payload.as_slice());
+                            }
                         }
                     }
                     if hs.on_frame(kind, bytes, &mut out).is_err() {

@@ -722,6 +722,10 @@ mod seeds {
             Msg::Data {
                 payload: b"hello".to_vec().into(),
             },
+            // Large enough to be shared with the receive buffer, not copied.
+            Msg::Data {
+                payload: vec![5; crate::wire::payload::SHARE_MIN].into(),
+            },
             Msg::FConnect { id: 3 },
             Msg::Up { ident: 4, hop: 2 },
         ] {
