@@ -31,17 +31,21 @@ perf record -q -o "$dir/perf.data" "${events[@]}" \
     "$bin" ping --sizes "$size" --iters "$iters" --rounds 6 --backend "$backend" --wait busy \
     --compare >"$dir/ping.txt" 2>&1
 grep -E "^ +$size B" "$dir/ping.txt" || true
-perf script --ns -i "$dir/perf.data" -F comm,tid,time,event,trace 2>/dev/null >"$dir/trace.txt"
+perf script --ns -i "$dir/perf.data" -F comm,pid,tid,time,event,trace 2>/dev/null >"$dir/trace.txt"
 python3 - "$dir/trace.txt" "$size" <<'PY'
 import collections, re, statistics, sys
 size = int(sys.argv[2])
-line_re = re.compile(r"\s*(\S+)\s+(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
-events = []
+line_re = re.compile(
+    r"\s*(\S+)\s+(\d+)/(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
+events, role = [], {}
 for line in open(sys.argv[1]):
     m = line_re.match(line)
     if m:
-        comm, tid, t, edge, call, rest = m.groups()
+        comm, pid, tid, t, edge, call, rest = m.groups()
         side = "weft" if comm.startswith("weft-n") else "peer"
+        # weft's node 0 pings and node 1 echoes; the peer pings from the main thread.
+        pinger = comm == "weft-n0" if side == "weft" else pid == tid
+        role[int(tid)] = f"{side} {'pinger' if pinger else 'ponger'}"
         n = int(rest.strip(), 16) if edge == "exit" else 0
         events.append((float(t) * 1e6, side, int(tid), call == "recvfrom", edge, n))
 # A message is one write in a ping-pong: each side's frame is its commonest write of at least
@@ -72,9 +76,9 @@ for t, side, tid, is_recv, edge, n in events:
         write_end[tid] = t
 med = lambda v: f"{statistics.median(v):7.2f}" if v else "      -"
 print(f"frames: weft {frame['weft']} B, peer {frame['peer']} B")
-print(f"{'thread':>12} {'messages':>8}  write µs  tail µs  turn µs   (medians)")
+print(f"{'thread':>19} {'messages':>8}  write µs  tail µs  turn µs   (medians)")
 for tid in sorted(stats, key=lambda x: first[x][0]):
     s = stats[tid]
-    print(f"{first[tid][1]:>5} {tid:>6} {len(s['write']):8}  {med(s['write'])}  {med(s['tail'])}"
+    print(f"{role[tid]:>11} {tid:>7} {len(s['write']):8}  {med(s['write'])}  {med(s['tail'])}"
           f"  {med(s['turn'])}")
 PY
