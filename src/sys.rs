@@ -1,13 +1,19 @@
 //! Socket system calls without glibc's wrappers.
 //!
-//! glibc's `recv`, `send` and `writev` (or `sendmsg`) are cancellation points: each switches asynchronous
-//! thread cancellation on and off around the system call, about 40 of the ~60 instructions
-//! a wrapper costs. weft never cancels a thread, and a spinning reactor receives on every
-//! turn and sends on every message, so it calls the kernel through `syscall(2)` instead.
-//! Results are the system calls' own: the count, or -1 with `errno` set (read it with
-//! `std::io::Error::last_os_error`).
+//! glibc's `recv`, `send` and `writev` (or `sendmsg`) are cancellation points: each switches
+//! asynchronous thread cancellation on and off around the system call, about 40 of the ~60
+//! instructions a wrapper costs. weft never cancels a thread, and a spinning reactor receives
+//! on every turn and sends on every message, so it calls the kernel through `syscall(2)`
+//! instead. Results are the system calls' own: the count, or -1 with `errno` set, which
+//! [`result`] turns into an `io::Result`.
 
 use std::os::fd::RawFd;
+
+/// A system call's count as an `io::Result`: -1 is the error `errno` names.
+#[inline]
+pub(crate) fn result(n: isize) -> std::io::Result<usize> {
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
 
 /// `recv(fd, buf, len, 0)`.
 ///
@@ -101,6 +107,12 @@ mod tests {
             std::io::Error::last_os_error().kind(),
             std::io::ErrorKind::WouldBlock
         );
+        assert_eq!(
+            result(n).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "result reads errno"
+        );
+        assert_eq!(result(6).unwrap(), 6);
         drop(a);
         // A closed peer is an error. (`MSG_NOSIGNAL` also spares a `SIGPIPE`, which Rust's
         // runtime ignores but a C program embedding weft may not.)

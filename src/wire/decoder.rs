@@ -218,12 +218,9 @@ impl FrameDecoder {
         // SAFETY: the buffer's capacity ends `want` bytes past `len`; `recv` writes at most
         // that many, and only the `n` it reports as written are then counted as initialized.
         unsafe {
-            let n = crate::sys::recv(fd, buf.as_mut_ptr().add(len), want);
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            buf.set_len(len + n as usize);
-            Ok((n as usize, (n as usize) < want))
+            let n = crate::sys::result(crate::sys::recv(fd, buf.as_mut_ptr().add(len), want))?;
+            buf.set_len(len + n);
+            Ok((n, n < want))
         }
     }
 

@@ -123,14 +123,12 @@ fn flush_queue(fd: std::os::fd::RawFd, out: &mut SendQueue) -> std::io::Result<(
                 crate::sys::send_gather(fd, &iov[..n])
             }
         };
-        match written {
-            0 => return Err(ErrorKind::WriteZero.into()),
-            k if k > 0 => out.consume(k as usize),
-            _ => match std::io::Error::last_os_error() {
-                e if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                e if e.kind() == ErrorKind::Interrupted => {}
-                e => return Err(e),
-            },
+        match crate::sys::result(written) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(k) => out.consume(k),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
