@@ -39,8 +39,8 @@ fn main() -> std::io::Result<()> {
     let mut rtts = alternating::run(offsets.len(), 60, echo, client)?;
     println!("size {size} B, one-way p50 by receive-buffer page offset:");
     for (off, v) in offsets.iter().zip(&mut rtts) {
-        v.sort_unstable();
-        println!("  {off:>5}: {:>9.2} µs", v[v.len() / 2] as f64 / 2000.0);
+        let [_, p50, _] = alternating::quartiles(v);
+        println!("  {off:>5}: {p50:>9.2} µs");
     }
     Ok(())
 }

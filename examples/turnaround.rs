@@ -55,14 +55,8 @@ fn main() -> std::io::Result<()> {
     let mut rtts = alternating::run(delays.len(), 40, echo, client)?;
     println!("size {size} B, one-way µs by turnaround delay (each end, before it sends):");
     for (delay, v) in delays.iter().zip(&mut rtts) {
-        v.sort_unstable();
-        let q = |f: usize| v[v.len() * f / 4] as f64 / 2000.0;
-        println!(
-            "  {delay:>6} ns: p25 {:>8.2}  p50 {:>8.2}  p75 {:>8.2}",
-            q(1),
-            q(2),
-            q(3)
-        );
+        let [p25, p50, p75] = alternating::quartiles(v);
+        println!("  {delay:>6} ns: p25 {p25:>8.2}  p50 {p50:>8.2}  p75 {p75:>8.2}");
     }
     Ok(())
 }

@@ -73,3 +73,9 @@ where
     echo.join().expect("echo thread")?;
     Ok(rtts)
 }
+
+/// One-way p25, p50 and p75 in microseconds (half the round trips), sorting `rtts`.
+pub fn quartiles(rtts: &mut [u64]) -> [f64; 3] {
+    rtts.sort_unstable();
+    [1, 2, 3].map(|q| rtts[rtts.len() * q / 4] as f64 / 2000.0)
+}
