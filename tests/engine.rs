@@ -220,7 +220,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         max_body: 1 << 20,
         ..opts_for(backend)
     };
-    let mut c = Cluster::start(2, o, move |_, _| PingPong::ponger()).unwrap();
+    let c = Cluster::start(2, o, move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
     let refused = |seen: &[(NodeId, NodeEvent)]| {
         seen.iter()
@@ -235,16 +235,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
     let seen = collect(&c.events, 5, |s| refused(s) >= 1);
     assert!(refused(&seen) >= 1, "garbage not refused: {seen:?}");
     // ... and the socket does close (the reactor shuts lost connections once idle).
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut rest = Vec::new();
-    let closed = std::io::Read::read_to_end(&mut s, &mut rest);
-    assert!(
-        closed.is_ok()
-            || closed
-                .as_ref()
-                .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
-        "the refused connection was not closed: {closed:?}"
-    );
+    assert_closed(&mut s, "the refused connection");
 
     // 2. An oversized length, refused from the header alone.
     let mut s2 = TcpStream::connect(target).unwrap();
@@ -308,28 +299,128 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         .iter()
         .any(|(_, e)| *e == NodeEvent::Authenticated(NodeId(99))));
 
-    // Through all of it node 1 still serves a legitimate peer: node 0 pings it.
-    // (A fresh node 0 replaces the cluster's idle one; node 1 learns its new address.)
+    // Through all of it node 1 still serves a legitimate peer.
+    still_serves(c, key, backend);
+}
+
+/// The node closed `s` (an orderly end or a reset) within 5 s; `what` names it if not.
+fn assert_closed(s: &mut TcpStream, what: &str) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let closed = std::io::Read::read_to_end(s, &mut rest);
+    assert!(
+        closed.is_ok()
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
+        "{what} was not closed: {closed:?}"
+    );
+}
+
+/// Node 1 of `c` (a ponger) still serves a legitimate peer: a fresh node 0, in place of the
+/// cluster's own, pings it to the end. Node 1 learns the new node 0's address.
+fn still_serves(mut c: Cluster<PingPong>, key: JobKey, backend: Backend) {
     let ponger = c.nodes.pop().unwrap();
     c.nodes.pop().unwrap().stop().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let l = weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     ponger.add_peer(NodeId(0), l.local_addr().unwrap());
     let peers = [(ponger.id, ponger.addr)].into_iter().collect();
-    let o2 = NodeOptions {
-        key: Some(key),
+    let o = NodeOptions {
+        key: Some(key.clone()),
         ..opts_for(backend)
     };
     let spec = weft::transport::NodeSpec {
         id: NodeId(0),
         listener: l,
         peers,
-        key: JobKey::from_bytes([3; 32]),
+        key,
         core: None,
     };
-    let _p = weft::transport::spawn(spec, &o2, PingPong::pinger(ponger.id, vec![32], 10, 0), tx)
-        .unwrap();
+    let _p =
+        weft::transport::spawn(spec, &o, PingPong::pinger(ponger.id, vec![32], 10, 0), tx).unwrap();
     wait_done(&rx, 10, "node stopped serving");
+}
+
+/// A stranger that connects and says nothing, or half a frame, is closed and refused once
+/// the handshake deadline passes; so is a node's own dial to a port that accepts but never
+/// answers, and that peer is suspected. The node serves a real peer afterwards.
+#[test]
+fn a_silent_stranger_is_closed_at_the_handshake_deadline() {
+    for backend in BACKENDS {
+        a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend);
+    }
+}
+
+fn a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend: Backend) {
+    let deadline = Duration::from_millis(300);
+    let key = JobKey::from_bytes([5; 32]);
+    let o = NodeOptions {
+        key: Some(key.clone()),
+        handshake_timeout: deadline,
+        ..opts_for(backend)
+    };
+    let c = Cluster::start(2, o.clone(), move |_, _| PingPong::ponger()).unwrap();
+    let target = c.nodes[1].addr;
+    let overdue = |seen: &[(NodeId, NodeEvent)]| {
+        seen.iter()
+            .filter(|(who, e)| {
+                *who == NodeId(1)
+                    && matches!(e, NodeEvent::Refused(r) if r.contains("no handshake within 300 ms"))
+            })
+            .count()
+    };
+    let started = std::time::Instant::now();
+    let mut silent = TcpStream::connect(target).unwrap();
+    let mut halting = TcpStream::connect(target).unwrap();
+    let mut f = Vec::new();
+    FrameHeader::write(Kind::Hello, 64, &mut f);
+    halting.write_all(&f[..5]).unwrap();
+    let seen = collect(&c.events, 5, |s| overdue(s) >= 2);
+    assert_eq!(
+        overdue(&seen),
+        2,
+        "{backend}: strangers not refused: {seen:?}"
+    );
+    assert!(
+        started.elapsed() >= deadline,
+        "{backend}: refused before the deadline"
+    );
+    assert_closed(&mut silent, &format!("{backend}: the silent stranger"));
+    assert_closed(
+        &mut halting,
+        &format!("{backend}: the stranger with half a header"),
+    );
+
+    // Our own dial: node 7's port accepts (the kernel completes the connect) and never speaks.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spec = weft::transport::NodeSpec {
+        id: NodeId(5),
+        listener: weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap(),
+        peers: [(NodeId(7), mute.local_addr().unwrap())]
+            .into_iter()
+            .collect(),
+        key: key.clone(),
+        core: None,
+    };
+    let _dialer =
+        weft::transport::spawn(spec, &o, PingPong::pinger(NodeId(7), vec![32], 10, 0), tx).unwrap();
+    let suspected =
+        |s: &[(NodeId, NodeEvent)]| s.iter().any(|(_, e)| *e == NodeEvent::Suspect(NodeId(7)));
+    let seen = collect(&rx, 5, suspected);
+    assert!(
+        suspected(&seen),
+        "{backend}: a mute peer was never suspected: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("no handshake"))),
+        "{seen:?}"
+    );
+    drop(mute);
+
+    still_serves(c, key, backend);
 }
 
 #[test]

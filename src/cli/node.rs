@@ -66,6 +66,11 @@ pub struct NodeArgs {
     /// TCP congestion control of the node's connections ("system": the machine's default).
     #[arg(long, default_value = weft::engine::congestion::PREFERRED)]
     congestion: String,
+    /// Close a connection that has not authenticated this many ms after its accept or dial:
+    /// a silent stranger is refused, a peer whose port never answers is suspected.
+    #[arg(long, default_value_t = weft::transport::HANDSHAKE_TIMEOUT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    handshake_timeout_ms: u64,
 }
 
 fn parse_peers(s: &str) -> anyhow::Result<HashMap<NodeId, SocketAddr>> {
@@ -149,6 +154,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             pin: false,
             dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
             congestion: super::congestion_arg(&a.congestion),
+            handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
             ..NodeOptions::default()
         },
     };

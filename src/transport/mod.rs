@@ -170,7 +170,15 @@ pub struct NodeOptions {
     /// default, CUBIC, or Reno where CUBIC is not allowed; not BBR, whose pacing cost a 1 MiB
     /// message 3x over loopback). `None`: the system's default.
     pub congestion: Option<String>,
+    /// How long a connection may take to authenticate, from its accept or the start of its
+    /// dial (connect included), before it is closed: a stranger that says nothing is refused,
+    /// a peer whose port never answers the handshake is suspected. See [`HANDSHAKE_TIMEOUT`].
+    pub handshake_timeout: Duration,
 }
+
+/// Default [`NodeOptions::handshake_timeout`]: room for a connect's SYN retries (1 s, then
+/// 2 s) and a loaded peer, against strangers that hold a socket without a word.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default [`NodeOptions::dead_after`]. Keepalive costs one bare ACK each way per idle
 /// connection every few seconds, nothing for a busy one; a job's node holds O(log N) of them.
@@ -192,6 +200,7 @@ impl Default for NodeOptions {
             placement: None,
             dead_after: Some(DEAD_AFTER),
             congestion: Some(crate::engine::congestion::PREFERRED.to_string()),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -270,6 +279,7 @@ where
         zerocopy_min: opts.zerocopy_min,
         dead_after: opts.dead_after,
         congestion: opts.congestion.clone(),
+        handshake_timeout: opts.handshake_timeout,
     };
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),
