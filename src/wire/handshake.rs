@@ -84,13 +84,24 @@ impl JobKey {
     }
 }
 
-/// 32 bytes from `/dev/urandom`.
+/// 32 bytes from the kernel's CSPRNG, through `getrandom(2)`: no file to open, so a node
+/// that has run out of descriptors still starts handshakes (opening `/dev/urandom` for each
+/// nonce failed there, and refused a legitimate peer as a bad key).
 pub fn random32() -> Result<[u8; 32], HandshakeError> {
-    use std::io::Read;
     let mut b = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| HandshakeError::BadKey(format!("no randomness: {e}")))?;
+    let mut at = 0;
+    while at < b.len() {
+        // SAFETY: the kernel writes at most `b.len() - at` bytes, the rest of `b`.
+        let n = unsafe { libc::getrandom(b[at..].as_mut_ptr().cast(), b.len() - at, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(HandshakeError::BadKey(format!("no randomness: {e}")));
+        }
+        at += n as usize;
+    }
     Ok(b)
 }
 
