@@ -4,6 +4,7 @@
 mod common;
 
 use common::events::{collect, wait_done};
+use common::serving::still_serves;
 use std::collections::HashSet;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
@@ -300,7 +301,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         .any(|(_, e)| *e == NodeEvent::Authenticated(NodeId(99))));
 
     // Through all of it node 1 still serves a legitimate peer.
-    still_serves(c, key, backend);
+    still_serves(c, key, opts_for(backend));
 }
 
 /// The node closed `s` (an orderly end or a reset) within 5 s; `what` names it if not.
@@ -317,29 +318,18 @@ fn assert_closed(s: &mut TcpStream, what: &str) {
     );
 }
 
-/// Node 1 of `c` (a ponger) still serves a legitimate peer: a fresh node 0, in place of the
-/// cluster's own, pings it to the end. Node 1 learns the new node 0's address.
-fn still_serves(mut c: Cluster<PingPong>, key: JobKey, backend: Backend) {
-    let ponger = c.nodes.pop().unwrap();
-    c.nodes.pop().unwrap().stop().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let l = weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    ponger.add_peer(NodeId(0), l.local_addr().unwrap());
-    let peers = [(ponger.id, ponger.addr)].into_iter().collect();
+/// A reactor that cannot set up (here: io_uring receive buffers that are not a power of two)
+/// fails the cluster's start with its reason, instead of handing out nodes that never ran.
+#[test]
+fn a_reactor_that_cannot_start_fails_the_start() {
     let o = NodeOptions {
-        key: Some(key.clone()),
-        ..opts_for(backend)
+        recv_buffers: (3, 4096),
+        ..opts_for(Backend::Uring)
     };
-    let spec = weft::transport::NodeSpec {
-        id: NodeId(0),
-        listener: l,
-        peers,
-        key,
-        core: None,
-    };
-    let _p =
-        weft::transport::spawn(spec, &o, PingPong::pinger(ponger.id, vec![32], 10, 0), tx).unwrap();
-    wait_done(&rx, 10, "node stopped serving");
+    match Cluster::start(2, o, move |_, _| PingPong::ponger()) {
+        Ok(_) => panic!("a cluster with reactors that cannot start started"),
+        Err(e) => assert!(e.to_string().contains("power of two"), "{e}"),
+    }
 }
 
 /// A stranger that connects and says nothing, or half a frame, is closed and refused once
@@ -420,7 +410,7 @@ fn a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend: Backend) {
     );
     drop(mute);
 
-    still_serves(c, key, backend);
+    still_serves(c, key, opts_for(backend));
 }
 
 #[test]

@@ -285,6 +285,10 @@ where
         [one] => format!("weft-{}", one.id),
         _ => format!("weft-r{}", core.unwrap_or(0)),
     };
+    // The reactor is set up on its thread (its ring belongs there); the start waits for that,
+    // so that a reactor that cannot start (no ring, no descriptors left) fails the start
+    // instead of leaving handles to a node that never ran.
+    let (ready, set_up) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new().name(name).spawn(move || {
         if let Some(c) = core {
             core_affinity::set_for_current(core_affinity::CoreId { id: c });
@@ -299,8 +303,28 @@ where
                 retire,
             })
             .collect();
-        Reactor::new(cfg, poll, hosts, rx, events)?.run()
+        match Reactor::new(cfg, poll, hosts, rx, events) {
+            Ok(reactor) => {
+                let _ = ready.send(None);
+                reactor.run()
+            }
+            Err(e) => {
+                let _ = ready.send(Some(e));
+                Ok(())
+            }
+        }
     })?;
+    match set_up.recv() {
+        Ok(None) => {}
+        Ok(Some(e)) => {
+            let _ = thread.join();
+            return Err(e);
+        }
+        Err(_) => {
+            let _ = thread.join();
+            return Err(EngineError::Panicked);
+        }
+    }
     Ok((
         ReactorThread {
             commands: tx,

@@ -1,8 +1,10 @@
 //! Helpers the integration tests share: run the real `weft` binary, get a scratch dir, wait
-//! for what in-process nodes report ([`events`]).
+//! for what in-process nodes report ([`events`]), check that a node still serves
+//! ([`serving`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
+pub mod serving;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
