@@ -27,8 +27,10 @@
 //!
 //! Files: this one has the loop, the hosted nodes, connections' life and the readiness path;
 //! `ring.rs` the io_uring completions; `conn.rs` a connection and an io_uring send;
-//! `deadlines.rs` the time each connection has to authenticate.
+//! `deadlines.rs` the time each connection has to authenticate; `accept.rs` what a failed
+//! accept means.
 
+mod accept;
 mod conn;
 mod deadlines;
 mod ring;
@@ -42,6 +44,7 @@ use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::{Handshake, Identity, Role};
 use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
 use crate::NodeId;
+use accept::{AcceptFailure, ACCEPT_RETRY};
 use conn::{reset, Conn, Ending, SendOp, MAX_IOV};
 use deadlines::HandshakeDeadlines;
 use mio::net::{TcpListener, TcpStream};
@@ -173,6 +176,10 @@ struct Host<P> {
     route: IdMap<NodeId, usize>,
     proto: P,
     retire: Sender<P>,
+    /// The listener rests (see [`accept::AcceptFailure::Rest`]) until then.
+    accept_rest: Option<Time>,
+    /// An accept failed and was reported; cleared by the next one that succeeds.
+    accept_failing: bool,
 }
 
 /// The event loop of one thread and the nodes it hosts.
@@ -225,6 +232,8 @@ pub struct Reactor<P: Protocol> {
     lost: Vec<TcpStream>,
     /// Connections whose handshake is under way, and when each must be done.
     handshakes: HandshakeDeadlines,
+    /// Hosted nodes whose listener rests ([`Host::accept_rest`]).
+    resting: usize,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -289,6 +298,8 @@ where
                 route: IdMap::default(),
                 proto: spec.proto,
                 retire: spec.retire,
+                accept_rest: None,
+                accept_failing: false,
             }));
         }
         let clock = Clock::since(cfg.epoch);
@@ -322,6 +333,7 @@ where
             sent_direct: false,
             lost: Vec::new(),
             handshakes,
+            resting: 0,
         })
     }
 
@@ -426,16 +438,14 @@ where
             if !self.handshakes.is_empty() {
                 active |= self.expire_handshakes()?;
             }
+            if self.resting > 0 {
+                active |= self.wake_listeners()?;
+            }
             if ask_epoll {
                 let mut timeout = if spinning || self.uring.as_mut().is_some_and(|u| u.has_work()) {
                     Some(Duration::ZERO)
                 } else {
-                    let now = self.now();
-                    let handshake = self.handshakes.front().map(|(at, _, _)| at.since(now));
-                    match (self.timers.next_in(now), handshake) {
-                        (Some(t), Some(h)) => Some(t.min(h)),
-                        (t, h) => t.or(h),
-                    }
+                    self.next_deadline()
                 };
                 // Lost connections are torn down once the reactor has nothing else to do
                 // (instead of blocking, or on a spinning turn after one that found no work),
@@ -511,6 +521,72 @@ where
         Ok(())
     }
 
+    /// How long a blocking turn may sleep: until the next protocol timer, handshake deadline
+    /// or rested listener, whichever comes first (`None`: until an event).
+    fn next_deadline(&mut self) -> Option<Duration> {
+        let now = self.now();
+        let handshake = self.handshakes.front().map(|(at, _, _)| at.since(now));
+        let rest = (self.resting > 0)
+            .then(|| {
+                self.hosts
+                    .iter()
+                    .flatten()
+                    .filter_map(|x| x.accept_rest)
+                    .min()
+            })
+            .flatten()
+            .map(|at| at.since(now));
+        [self.timers.next_in(now), handshake, rest]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The listener of hosted node `h` could not accept (`e`, see [`AcceptFailure::Rest`]):
+    /// report it unless already reported, and, if `retry`, accept again after
+    /// [`ACCEPT_RETRY`] (io_uring: when its multishot accept has ended).
+    fn rest_listener(&mut self, h: usize, e: &std::io::Error, retry: bool) {
+        let at = self.now() + ACCEPT_RETRY;
+        let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
+            return;
+        };
+        if retry && host.accept_rest.replace(at).is_none() {
+            self.resting += 1;
+        }
+        if !std::mem::replace(&mut host.accept_failing, true) {
+            let why = format!(
+                "accept: {e}; the listener tries again every {} ms",
+                ACCEPT_RETRY.as_millis()
+            );
+            self.emit(h, NodeEvent::Refused(why));
+        }
+    }
+
+    /// Accept again on the listeners that have rested long enough; whether any did.
+    fn wake_listeners(&mut self) -> Result<bool, EngineError> {
+        let now = self.now();
+        let mut woke = false;
+        for h in 0..self.hosts.len() {
+            let Some(host) = self.hosts[h].as_mut() else {
+                continue;
+            };
+            if host.accept_rest.is_none_or(|at| at > now) {
+                continue;
+            }
+            host.accept_rest = None;
+            self.resting -= 1;
+            woke = true;
+            match self.uring.as_mut() {
+                Some(u) => {
+                    use std::os::fd::AsRawFd;
+                    u.arm_accept(host.listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
+                }
+                None => self.accept(h)?,
+            }
+        }
+        Ok(woke)
+    }
+
     /// Close the connections whose handshake is overdue, oldest first; whether any was. The
     /// clock is read only while the oldest is still unauthenticated: once the handshakes of
     /// a job's start-up have settled, the next turn empties the queue, and a spinning turn
@@ -565,6 +641,9 @@ where
         let Some(mut host) = self.hosts.get_mut(h).and_then(|x| x.take()) else {
             return;
         };
+        if host.accept_rest.is_some() {
+            self.resting -= 1;
+        }
         self.by_id.remove(&host.identity.node_id);
         self.before_closing_fds();
         let _ = self.poll.registry().deregister(&mut host.listener);
@@ -709,12 +788,26 @@ where
             };
             match host.listener.accept() {
                 Ok((stream, _)) => {
+                    self.accepted_one(h);
                     self.open(h, stream, Role::Responder, None, false)?;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => match accept::classify(&e) {
+                    AcceptFailure::NextConnection => {}
+                    AcceptFailure::Rest => {
+                        self.rest_listener(h, &e, true);
+                        return Ok(());
+                    }
+                },
             }
+        }
+    }
+
+    /// Hosted node `h` accepted a connection: a failure reported earlier is over.
+    fn accepted_one(&mut self, h: usize) {
+        if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+            host.accept_failing = false;
         }
     }
 

@@ -3,7 +3,7 @@
 //! armed again. The readiness half (epoll) and everything both share live in the parent.
 
 use super::conn::Conn;
-use super::{EngineError, NodeEvent, Reactor, HOT_MAX};
+use super::{EngineError, Reactor, HOT_MAX};
 use crate::proto::Protocol;
 use crate::wire::handshake::Role;
 use crate::wire::WireMsg;
@@ -56,12 +56,17 @@ where
             // owns; wrapping it gives it exactly one owner, which closes it when dropped.
             let stream = unsafe { std::net::TcpStream::from_raw_fd(raw) };
             if alive {
+                self.accepted_one(h);
                 stream.set_nonblocking(true)?;
                 self.open(h, TcpStream::from_std(stream), Role::Responder, None, false)?;
             }
         } else if raw != -libc::ECANCELED && alive {
             let e = std::io::Error::from_raw_os_error(-raw);
-            self.emit(h, NodeEvent::Refused(format!("accept: {e}")));
+            if super::accept::classify(&e) == super::accept::AcceptFailure::Rest {
+                // Armed again at once, the accept would fail again at once, every turn.
+                self.rest_listener(h, &e, !more);
+                return Ok(());
+            }
         }
         if !more && alive {
             if let (Some(u), Some(host)) = (self.uring.as_mut(), self.hosts[h].as_ref()) {
