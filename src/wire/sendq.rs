@@ -60,6 +60,9 @@ pub struct SendQueue {
     /// Frozen parts of the open buffer and spliced payloads, both as [`Payload`]s: shared
     /// bytes the queue never copies.
     sealed: VecDeque<Payload>,
+    /// Bytes in `sealed`: [`Self::len`] is asked on every send (the cap on what a peer that
+    /// does not read may have queued) and must not walk a long backlog.
+    sealed_len: usize,
     open: BytesMut,
     /// [`GatherWriter`]'s list of splices, kept between messages so that a large one costs no
     /// allocation.
@@ -75,10 +78,7 @@ impl SendQueue {
     /// Bytes queued.
     #[inline]
     pub fn len(&self) -> usize {
-        if self.sealed.is_empty() {
-            return self.open.len();
-        }
-        self.sealed.iter().map(|c| c.len()).sum::<usize>() + self.open.len()
+        self.sealed_len + self.open.len()
     }
 
     /// Whether nothing is queued.
@@ -99,6 +99,7 @@ impl SendQueue {
         self.seal();
         other.seal();
         self.sealed.append(&mut other.sealed);
+        self.sealed_len += std::mem::take(&mut other.sealed_len);
     }
 
     /// Append `msg` as a frame: header, rkyv body, padding, with the body serialized in place
@@ -165,6 +166,7 @@ impl SendQueue {
         let mut cut = 0;
         for (at, payload) in splices.drain(..) {
             let framing = self.open.split_to(at - cut).freeze();
+            self.sealed_len += framing.len() + payload.len();
             self.sealed.push_back(Payload::from_bytes(framing));
             self.sealed.push_back(payload);
             cut = at;
@@ -212,6 +214,7 @@ impl SendQueue {
     fn seal(&mut self) {
         if !self.open.is_empty() {
             let framing = self.open.split().freeze();
+            self.sealed_len += framing.len();
             self.sealed.push_back(Payload::from_bytes(framing));
         }
     }
@@ -258,10 +261,12 @@ impl SendQueue {
             match self.sealed.front_mut() {
                 Some(front) if front.len() <= n => {
                     n -= front.len();
+                    self.sealed_len -= front.len();
                     self.sealed.pop_front();
                 }
                 Some(front) => {
                     front.advance(n);
+                    self.sealed_len -= n;
                     return;
                 }
                 None => {
@@ -277,12 +282,14 @@ impl SendQueue {
     pub fn take(&mut self, out: &mut Vec<Payload>, max: usize) {
         self.seal();
         let n = self.sealed.len().min(max);
+        self.sealed_len -= self.sealed.range(..n).map(|c| c.len()).sum::<usize>();
         out.extend(self.sealed.drain(..n));
     }
 
     /// Put chunks a send did not take back at the front, in order.
     pub fn unshift(&mut self, chunks: impl DoubleEndedIterator<Item = Payload>) {
         for c in chunks.rev() {
+            self.sealed_len += c.len();
             self.sealed.push_front(c);
         }
     }
@@ -644,10 +651,13 @@ mod tests {
             while !q.is_empty() {
                 let sent = short_write(&q, 64, writes[k % writes.len()], &mut wire);
                 q.consume(sent);
+                prop_assert_eq!(q.len(), flat(&q).len());
                 if k % 3 == 0 {
                     let mut held = Vec::new();
                     q.take(&mut held, 1 + k % 4);
+                    prop_assert_eq!(q.len(), flat(&q).len());
                     q.unshift(held.into_iter());
+                    prop_assert_eq!(q.len(), flat(&q).len());
                 }
                 k += 1;
             }
