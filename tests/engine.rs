@@ -649,3 +649,92 @@ fn connections_use_the_congestion_control_weft_asks_for() {
         cluster.shutdown().unwrap();
     }
 }
+
+/// A peer whose process stalls (its kernel still acknowledges and answers probes) while this
+/// node keeps sending is suspected once what waits for it passes `max_queued`; without the
+/// cap the node would queue for it without bound and say nothing.
+#[test]
+fn a_peer_that_stops_reading_is_suspected_at_the_queue_cap() {
+    for backend in BACKENDS {
+        a_peer_that_stops_reading_is_suspected_at_the_queue_cap_on(backend);
+    }
+}
+
+fn a_peer_that_stops_reading_is_suspected_at_the_queue_cap_on(backend: Backend) {
+    let o = NodeOptions {
+        max_queued: 4 << 20,
+        dead_after: None,
+        ..opts_for(backend)
+    };
+    let c = Cluster::start(2, o, move |i, ids| Flood {
+        to: (i == 0).then(|| ids[1]),
+        stalled: false,
+    })
+    .unwrap();
+    let suspected = |s: &[(NodeId, NodeEvent)]| {
+        s.iter()
+            .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1)))
+    };
+    let seen = collect(&c.events, 3, suspected);
+    assert!(
+        suspected(&seen),
+        "{backend}: a peer that stopped reading was not suspected: {seen:?}"
+    );
+}
+
+/// Node 0 pings node 1 with a small payload and, once node 1 answered (the connection is up
+/// and authenticated), sends it `FLOOD` pings of 1 MiB. Node 1 echoes small pings and sleeps
+/// for `STALL` on the first large one, which stalls its reactor: the connection stays up and
+/// nothing reads it.
+struct Flood {
+    to: Option<NodeId>,
+    stalled: bool,
+}
+
+const FLOOD: u64 = 32;
+const STALL: Duration = Duration::from_secs(3);
+
+impl weft::proto::Protocol for Flood {
+    type Msg = weft::proto::ping::PingMsg;
+
+    fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
+        if let Some(to) = self.to {
+            let payload = vec![7u8; 8].into();
+            out.send(to, weft::proto::ping::PingMsg::Ping { seq: 0, payload });
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        _now: weft::proto::Time,
+        from: NodeId,
+        msg: Self::Msg,
+        out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+        use weft::proto::ping::PingMsg;
+        match msg {
+            PingMsg::Ping { seq, payload } if payload.len() < 1024 => {
+                out.send(from, PingMsg::Pong { seq, payload });
+            }
+            PingMsg::Ping { .. } => {
+                if !std::mem::replace(&mut self.stalled, true) {
+                    std::thread::sleep(STALL);
+                }
+            }
+            PingMsg::Pong { .. } => {
+                for seq in 1..=FLOOD {
+                    let payload = vec![7u8; 1 << 20].into();
+                    out.send(from, PingMsg::Ping { seq, payload });
+                }
+            }
+        }
+    }
+
+    fn on_timer(
+        &mut self,
+        _now: weft::proto::Time,
+        _timer: weft::proto::TimerId,
+        _out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+    }
+}

@@ -174,7 +174,16 @@ pub struct NodeOptions {
     /// dial (connect included), before it is closed: a stranger that says nothing is refused,
     /// a peer whose port never answers the handshake is suspected. See [`HANDSHAKE_TIMEOUT`].
     pub handshake_timeout: Duration,
+    /// Most bytes one connection may have waiting to be sent. A send past it closes the
+    /// connection and the peer is suspected: a process that stopped reading (stalled, not
+    /// dead, so its kernel still acknowledges) would otherwise make this node queue for it
+    /// without bound. See [`MAX_QUEUED`].
+    pub max_queued: usize,
 }
+
+/// Default [`NodeOptions::max_queued`]: 16 frames of the largest default body, far above
+/// what a live peer leaves unread (the kernel's socket buffers take megabytes first).
+pub const MAX_QUEUED: usize = 16 * DEFAULT_MAX_BODY as usize;
 
 /// Default [`NodeOptions::handshake_timeout`]: room for a connect's SYN retries (1 s, then
 /// 2 s) and a loaded peer, against strangers that hold a socket without a word.
@@ -201,6 +210,7 @@ impl Default for NodeOptions {
             dead_after: Some(DEAD_AFTER),
             congestion: Some(crate::engine::congestion::PREFERRED.to_string()),
             handshake_timeout: HANDSHAKE_TIMEOUT,
+            max_queued: MAX_QUEUED,
         }
     }
 }
@@ -280,6 +290,7 @@ where
         dead_after: opts.dead_after,
         congestion: opts.congestion.clone(),
         handshake_timeout: opts.handshake_timeout,
+        max_queued: opts.max_queued,
     };
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),

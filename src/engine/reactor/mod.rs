@@ -49,7 +49,7 @@ use conn::{reset, Conn, Ending, SendOp, MAX_IOV};
 use deadlines::HandshakeDeadlines;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use ring::{tag, DIRECT_MIN, GEN_MASK, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_SHIFT};
+use ring::{live, tag, DIRECT_MIN, GEN_MASK, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_SHIFT};
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -151,6 +151,9 @@ pub struct ReactorConfig {
     /// included) to an authenticated handshake before it is closed: a silent stranger is
     /// refused, a peer that never answers is suspected.
     pub handshake_timeout: Duration,
+    /// Most bytes a connection may have queued (not yet taken by the kernel); a send past it
+    /// closes the connection and the peer is suspected: it has stopped reading.
+    pub max_queued: usize,
 }
 
 /// A node to host.
@@ -1219,8 +1222,17 @@ where
             self.emit(h, NodeEvent::Refused(e.to_string()));
             return Ok(());
         }
+        let generation = conn.generation;
         if conn.peer.is_some() {
-            return self.flush(slot);
+            self.flush(slot)?;
+        }
+        // What the kernel did not take: a peer that stopped reading (a stalled process whose
+        // kernel still acknowledges and answers probes) would have it grow without bound.
+        let queued =
+            live(&mut self.conns, slot, generation).map_or(0, |c| c.out.len() + c.queued.len());
+        if queued > self.cfg.max_queued {
+            let why = format!("{queued} bytes queued for a peer that does not read");
+            return self.close(slot, why);
         }
         Ok(())
     }
