@@ -1,7 +1,7 @@
 //! Does the kernel's copy into a receive buffer depend on where in a page the buffer starts?
 //!
 //! A std ping-pong over loopback (`common/alternating.rs`) whose client receives each echo at
-//! a page offset that changes every 20 round trips, round robin. Prints the one-way median
+//! a page offset that changes every 20 round trips, round robin. Prints the one-way quartiles
 //! per offset. The sender's buffer starts on a page. On AMD Zen, offsets 8..24 come out
 //! slower by a third to a half of the round trip (4K aliasing in `rep movsb`; see
 //! `bluegene_notes/engine-latency.md` and `wire::decoder`); on the Intel host of 2026-11-23
@@ -37,10 +37,11 @@ fn main() -> std::io::Result<()> {
         receive(s, &mut back[off..off + size])
     };
     let mut rtts = alternating::run(offsets.len(), 60, echo, client)?;
-    println!("size {size} B, one-way p50 by receive-buffer page offset:");
-    for (off, v) in offsets.iter().zip(&mut rtts) {
-        let [_, p50, _] = alternating::quartiles(v);
-        println!("  {off:>5}: {p50:>9.2} µs");
-    }
+    let labels: Vec<String> = offsets.iter().map(|o| o.to_string()).collect();
+    alternating::print_quartiles(
+        &format!("size {size} B, one-way µs by receive-buffer page offset:"),
+        &labels,
+        &mut rtts,
+    );
     Ok(())
 }

@@ -67,10 +67,10 @@ fn main() -> io::Result<()> {
         receive(v, s, &mut back)
     };
     let mut rtts = alternating::run(2, 100, echo, client)?;
-    println!("size {size} B, one-way µs by way of waiting:");
-    for (way, v) in ["spin on recv", "spin on poll"].iter().zip(&mut rtts) {
-        let [p25, p50, p75] = alternating::quartiles(v);
-        println!("  {way:>12}: p25 {p25:>8.2}  p50 {p50:>8.2}  p75 {p75:>8.2}");
-    }
+    alternating::print_quartiles(
+        &format!("size {size} B, one-way µs by way of waiting:"),
+        &["spin on recv".into(), "spin on poll".into()],
+        &mut rtts,
+    );
     Ok(())
 }

@@ -120,10 +120,10 @@ fn main() -> io::Result<()> {
         receive(s, &mut back)
     };
     let mut rtts = alternating::run(2, 40, echo, client)?;
-    println!("size {size} B, one-way µs by way of sending:");
-    for (way, v) in ["send", "vmsplice+splice"].iter().zip(&mut rtts) {
-        let [p25, p50, p75] = alternating::quartiles(v);
-        println!("  {way:>16}: p25 {p25:>8.2}  p50 {p50:>8.2}  p75 {p75:>8.2}");
-    }
+    alternating::print_quartiles(
+        &format!("size {size} B, one-way µs by way of sending:"),
+        &["send".into(), "vmsplice+splice".into()],
+        &mut rtts,
+    );
     Ok(())
 }

@@ -53,10 +53,11 @@ fn main() -> std::io::Result<()> {
         Ok(())
     };
     let mut rtts = alternating::run(delays.len(), 40, echo, client)?;
-    println!("size {size} B, one-way µs by turnaround delay (each end, before it sends):");
-    for (delay, v) in delays.iter().zip(&mut rtts) {
-        let [p25, p50, p75] = alternating::quartiles(v);
-        println!("  {delay:>6} ns: p25 {p25:>8.2}  p50 {p50:>8.2}  p75 {p75:>8.2}");
-    }
+    let labels: Vec<String> = delays.iter().map(|d| format!("{d} ns")).collect();
+    alternating::print_quartiles(
+        &format!("size {size} B, one-way µs by turnaround delay (each end, before it sends):"),
+        &labels,
+        &mut rtts,
+    );
     Ok(())
 }

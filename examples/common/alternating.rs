@@ -74,8 +74,14 @@ where
     Ok(rtts)
 }
 
-/// One-way p25, p50 and p75 in microseconds (half the round trips), sorting `rtts`.
-pub fn quartiles(rtts: &mut [u64]) -> [f64; 3] {
-    rtts.sort_unstable();
-    [1, 2, 3].map(|q| rtts[rtts.len() * q / 4] as f64 / 2000.0)
+/// Print `title`, then each variant's one-way p25, p50 and p75 in microseconds (half its
+/// round trips), labelled.
+pub fn print_quartiles(title: &str, labels: &[String], rtts: &mut [Vec<u64>]) {
+    println!("{title}");
+    let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    for (label, v) in labels.iter().zip(rtts) {
+        v.sort_unstable();
+        let [p25, p50, p75] = [1, 2, 3].map(|q| v[v.len() * q / 4] as f64 / 2000.0);
+        println!("  {label:>width$}: p25 {p25:>8.2}  p50 {p50:>8.2}  p75 {p75:>8.2}");
+    }
 }
