@@ -671,15 +671,21 @@ fn a_peer_that_stops_reading_is_suspected_at_the_queue_cap_on(backend: Backend) 
         stalled: false,
     })
     .unwrap();
-    let suspected = |s: &[(NodeId, NodeEvent)]| {
-        s.iter()
-            .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1)))
+    // Suspected, and for that reason (the reason follows the suspicion).
+    let why = |s: &[(NodeId, NodeEvent)]| {
+        s.iter().any(|(who, e)| {
+            *who == NodeId(0)
+                && matches!(e, NodeEvent::Refused(r)
+                    if r.starts_with("n1: ") && r.contains("queued for a peer that does not read"))
+        })
     };
-    let seen = collect(&c.events, 3, suspected);
+    let seen = collect(&c.events, 3, why);
     assert!(
-        suspected(&seen),
+        seen.iter()
+            .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1))),
         "{backend}: a peer that stopped reading was not suspected: {seen:?}"
     );
+    assert!(why(&seen), "{backend}: no reason given: {seen:?}");
 }
 
 /// Node 0 pings node 1 with a small payload and, once node 1 answered (the connection is up

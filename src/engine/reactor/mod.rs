@@ -117,6 +117,8 @@ pub enum NodeEvent {
     /// A peer proved it belongs to the job.
     Authenticated(NodeId),
     /// A connection was refused or dropped for a reason (bad frame, failed handshake, ...).
+    /// An authenticated peer's connection that ends says so after its `Suspect`, as
+    /// "`peer`: reason" (closed by the peer, reset, a bad frame, too much queued for it).
     Refused(String),
     /// A connection to a known peer failed: reported to the protocol as a suspected failure.
     Suspect(NodeId),
@@ -832,9 +834,14 @@ where
         }
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         self.lost.push(conn.stream);
-        if !authenticated {
+        // An authenticated peer's reason is said after the protocol heard of the loss (below):
+        // the suspicion is what is timed, the words are for whoever reads the events.
+        let why = if authenticated {
+            Some(why)
+        } else {
             self.emit(h, NodeEvent::Refused(why));
-        }
+            None
+        };
         let now = self.now();
         let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
             return Ok(());
@@ -847,7 +854,11 @@ where
         }
         host.proto.on_suspect(now, peer, &mut self.outbox);
         self.emit(h, NodeEvent::Suspect(peer));
-        self.apply_outbox(h)
+        let carried_out = self.apply_outbox(h);
+        if let Some(why) = why {
+            self.emit(h, NodeEvent::Refused(format!("{peer}: {why}")));
+        }
+        carried_out
     }
 
     /// An epoll event on a connection. The socket's pending error is asked for (a
