@@ -199,6 +199,66 @@ fn bench_stabilize_json_has_the_documented_fields() {
     assert!((0.0..=100.0).contains(&steal), "steal {steal}%");
 }
 
+/// A shell's default soft limit on descriptors (1024 on Debian) must not stop an in-process
+/// job: 256 nodes hold more descriptors than that, and the binary raises its soft limit to
+/// the hard one before it starts them.
+#[test]
+fn a_256_node_job_runs_under_the_default_descriptor_limit() {
+    use std::os::unix::process::CommandExt;
+    let mut hard = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut hard) },
+        0
+    );
+    if hard.rlim_max < 8192 {
+        println!(
+            "SKIPPED: the hard limit on descriptors, {}, is too low",
+            hard.rlim_max
+        );
+        return;
+    }
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.args([
+        "bench",
+        "stabilize",
+        "--nodes",
+        "256",
+        "--repeat",
+        "1",
+        "--json",
+    ])
+    .env_remove("WEFT_BACKEND")
+    .env_remove("WEFT_URING_UNAVAILABLE");
+    let debian = libc::rlimit {
+        rlim_cur: 1024,
+        rlim_max: hard.rlim_max,
+    };
+    // SAFETY: the child only calls setrlimit (async-signal-safe) before exec.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &debian) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let out = c.output().expect("run weft");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+            .chars()
+            .take(2000)
+            .collect::<String>()
+    );
+    assert_eq!(one_json(&out)["views_agree"], true);
+}
+
 #[test]
 fn bench_stabilize_refuses_a_bad_radix() {
     let out = weft(&["bench", "stabilize", "--nodes", "8", "--radix", "3"]);

@@ -132,6 +132,9 @@ pub enum SimCommand {
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    // In-process jobs hold a few descriptors per node; where the soft limit cannot be raised
+    // the job runs with what there is, and says so if it runs out.
+    let _ = weft::engine::raise_descriptor_limit();
     match cli.command {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
