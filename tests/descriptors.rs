@@ -1,6 +1,7 @@
 //! A node that runs out of file descriptors keeps running: the connections it cannot accept
 //! wait in its listener's backlog, it says so once, and it accepts again once descriptors are
-//! free. A test file of its own, because it lowers this process's RLIMIT_NOFILE.
+//! free. A test file of its own, because it lowers this process's RLIMIT_NOFILE and fills its
+//! descriptor table.
 
 mod common;
 
@@ -51,6 +52,9 @@ fn running_out_of_descriptors_on(backend: Backend) {
         backend: Some(backend),
         ..NodeOptions::default()
     };
+    // A modest limit before the node starts: an io_uring accept takes the limit in force when
+    // it was armed, not when it runs.
+    let (soft, _) = limit_descriptors(open_descriptors() + 512);
     let c = Cluster::start(2, o.clone(), move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
     let accept_refusals = |seen: &[(NodeId, NodeEvent)]| {
@@ -60,12 +64,17 @@ fn running_out_of_descriptors_on(backend: Backend) {
             })
             .count()
     };
-    // The strangers' sockets exist before the limit drops, so this side has what it needs;
-    // then the node has room for about 4 more descriptors, and 16 strangers connect.
-    let strangers: Vec<socket2::Socket> = (0..16)
+    // The strangers' sockets first, then the rest of the table filled (copies of one
+    // descriptor, up to the limit), then 4 given back: the node can accept 4 of the 64.
+    let strangers: Vec<socket2::Socket> = (0..64)
         .map(|_| socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap())
         .collect();
-    let (soft, _) = limit_descriptors(open_descriptors() + 4);
+    let mut filler: Vec<std::os::fd::OwnedFd> = Vec::new();
+    let null = std::fs::File::open("/dev/null").unwrap();
+    while let Ok(fd) = std::os::fd::AsFd::as_fd(&null).try_clone_to_owned() {
+        filler.push(fd);
+    }
+    filler.truncate(filler.len() - 4);
     for s in &strangers {
         s.connect(&target.into()).unwrap();
     }
@@ -90,6 +99,7 @@ fn running_out_of_descriptors_on(backend: Backend) {
             .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("randomness"))),
         "{backend}: {seen_later:?}"
     );
+    drop(filler);
     drop(strangers);
     limit_descriptors(soft);
     still_serves(c, key, o);
