@@ -1,6 +1,7 @@
-//! Protocol timers of one reactor: a binary heap of deadlines with lazy cancellation (re-arming
+//! The timers of one reactor: a binary heap of deadlines with lazy cancellation (re-arming
 //! a timer bumps its generation, and stale heap entries are skipped when they surface). A
-//! reactor hosting several nodes keys them by (node, timer).
+//! reactor keys its hosted nodes' protocol timers by (node, timer), beside its own deadlines
+//! (handshakes, resting listeners).
 
 use crate::proto::{Time, TimerId};
 use std::cmp::Reverse;

@@ -27,12 +27,10 @@
 //!
 //! Files: this one has the loop, the hosted nodes, connections' life and the readiness path;
 //! `ring.rs` the io_uring completions; `conn.rs` a connection and an io_uring send;
-//! `deadlines.rs` the time each connection has to authenticate; `accept.rs` what a failed
-//! accept means.
+//! `accept.rs` what a failed accept means.
 
 mod accept;
 mod conn;
-mod deadlines;
 mod ring;
 
 use super::clock::Clock;
@@ -46,7 +44,6 @@ use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
 use crate::NodeId;
 use accept::{AcceptFailure, ACCEPT_RETRY};
 use conn::{reset, Conn, Ending, SendOp, MAX_IOV};
-use deadlines::HandshakeDeadlines;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use ring::{live, tag, DIRECT_MIN, GEN_MASK, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_SHIFT};
@@ -181,10 +178,21 @@ struct Host<P> {
     route: IdMap<NodeId, usize>,
     proto: P,
     retire: Sender<P>,
-    /// The listener rests (see [`accept::AcceptFailure::Rest`]) until then.
-    accept_rest: Option<Time>,
     /// An accept failed and was reported; cleared by the next one that succeeds.
     accept_failing: bool,
+}
+
+/// What a reactor timer is for: a hosted node's protocol timer, or one of the engine's own
+/// deadlines, which share the heap (and so the blocking turn's timeout) with them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Due {
+    /// Hosted node `h`'s protocol timer.
+    Protocol(usize, TimerId),
+    /// The connection in this slot must have authenticated by now
+    /// ([`ReactorConfig::handshake_timeout`]); cancelled when it does, or closes.
+    Handshake(usize),
+    /// Hosted node `h`'s listener has rested long enough ([`AcceptFailure::Rest`]).
+    Listener(usize),
 }
 
 /// The event loop of one thread and the nodes it hosts.
@@ -198,7 +206,7 @@ pub struct Reactor<P: Protocol> {
     /// nodes opens thousands of connections: no scan for a free slot per connection).
     free: Vec<usize>,
     outbox: Outbox<P::Msg>,
-    timers: Timers<(usize, TimerId)>,
+    timers: Timers<Due>,
     /// Nanoseconds since the cluster's epoch, for protocols and timers.
     clock: Clock,
     commands: Receiver<Command>,
@@ -235,10 +243,6 @@ pub struct Reactor<P: Protocol> {
     sent_direct: bool,
     /// Sockets of connections that ended, not yet shut down (see [`Self::close`]).
     lost: Vec<TcpStream>,
-    /// Connections whose handshake is under way, and when each must be done.
-    handshakes: HandshakeDeadlines,
-    /// Hosted nodes whose listener rests ([`Host::accept_rest`]).
-    resting: usize,
 }
 
 impl<P: Protocol> Reactor<P>
@@ -303,12 +307,10 @@ where
                 route: IdMap::default(),
                 proto: spec.proto,
                 retire: spec.retire,
-                accept_rest: None,
                 accept_failing: false,
             }));
         }
         let clock = Clock::since(cfg.epoch);
-        let handshakes = HandshakeDeadlines::new(cfg.handshake_timeout);
         Ok(Self {
             cfg,
             poll,
@@ -337,8 +339,6 @@ where
             unwatched: false,
             sent_direct: false,
             lost: Vec::new(),
-            handshakes,
-            resting: 0,
         })
     }
 
@@ -440,17 +440,12 @@ where
             if let Some(u) = self.uring.as_mut() {
                 u.set_wakeups(!spinning);
             }
-            if !self.handshakes.is_empty() {
-                active |= self.expire_handshakes()?;
-            }
-            if self.resting > 0 {
-                active |= self.wake_listeners()?;
-            }
             if ask_epoll {
                 let mut timeout = if spinning || self.uring.as_mut().is_some_and(|u| u.has_work()) {
                     Some(Duration::ZERO)
                 } else {
-                    self.next_deadline()
+                    let now = self.now();
+                    self.timers.next_in(now)
                 };
                 // Lost connections are torn down once the reactor has nothing else to do
                 // (instead of blocking, or on a spinning turn after one that found no work),
@@ -500,11 +495,17 @@ where
             self.deliver()?;
             if self.timers.has_pending() {
                 let now = self.now();
-                while let Some((h, t)) = self.timers.pop_due(now) {
-                    if let Some(host) = self.hosts[h].as_mut() {
-                        host.proto.on_timer(now, t, &mut self.outbox);
+                while let Some(due) = self.timers.pop_due(now) {
+                    match due {
+                        Due::Protocol(h, t) => {
+                            if let Some(host) = self.hosts[h].as_mut() {
+                                host.proto.on_timer(now, t, &mut self.outbox);
+                            }
+                            self.apply_outbox(h)?;
+                        }
+                        Due::Handshake(slot) => self.handshake_overdue(slot)?,
+                        Due::Listener(h) => self.wake_listener(h)?,
                     }
-                    self.apply_outbox(h)?;
                     active = true;
                 }
             }
@@ -526,27 +527,6 @@ where
         Ok(())
     }
 
-    /// How long a blocking turn may sleep: until the next protocol timer, handshake deadline
-    /// or rested listener, whichever comes first (`None`: until an event).
-    fn next_deadline(&mut self) -> Option<Duration> {
-        let now = self.now();
-        let handshake = self.handshakes.front().map(|(at, _, _)| at.since(now));
-        let rest = (self.resting > 0)
-            .then(|| {
-                self.hosts
-                    .iter()
-                    .flatten()
-                    .filter_map(|x| x.accept_rest)
-                    .min()
-            })
-            .flatten()
-            .map(|at| at.since(now));
-        [self.timers.next_in(now), handshake, rest]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-
     /// The listener of hosted node `h` could not accept (`e`, see [`AcceptFailure::Rest`]):
     /// report it unless already reported, and, if `retry`, accept again after
     /// [`ACCEPT_RETRY`] (io_uring: when its multishot accept has ended).
@@ -555,10 +535,11 @@ where
         let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
             return;
         };
-        if retry && host.accept_rest.replace(at).is_none() {
-            self.resting += 1;
+        let first = !std::mem::replace(&mut host.accept_failing, true);
+        if retry {
+            self.timers.set(Due::Listener(h), at);
         }
-        if !std::mem::replace(&mut host.accept_failing, true) {
+        if first {
             let why = format!(
                 "accept: {e}; the listener tries again every {} ms",
                 ACCEPT_RETRY.as_millis()
@@ -567,57 +548,36 @@ where
         }
     }
 
-    /// Accept again on the listeners that have rested long enough; whether any did.
-    fn wake_listeners(&mut self) -> Result<bool, EngineError> {
-        let now = self.now();
-        let mut woke = false;
-        for h in 0..self.hosts.len() {
-            let Some(host) = self.hosts[h].as_mut() else {
-                continue;
-            };
-            if host.accept_rest.is_none_or(|at| at > now) {
-                continue;
+    /// Hosted node `h`'s listener has rested: accept again.
+    fn wake_listener(&mut self, h: usize) -> Result<(), EngineError> {
+        let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
+            return Ok(());
+        };
+        match self.uring.as_mut() {
+            Some(u) => {
+                use std::os::fd::AsRawFd;
+                u.arm_accept(host.listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
+                Ok(())
             }
-            host.accept_rest = None;
-            self.resting -= 1;
-            woke = true;
-            match self.uring.as_mut() {
-                Some(u) => {
-                    use std::os::fd::AsRawFd;
-                    u.arm_accept(host.listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
-                }
-                None => self.accept(h)?,
-            }
+            None => self.accept(h),
         }
-        Ok(woke)
     }
 
-    /// Close the connections whose handshake is overdue, oldest first; whether any was. The
-    /// clock is read only while the oldest is still unauthenticated: once the handshakes of
-    /// a job's start-up have settled, the next turn empties the queue, and a spinning turn
-    /// pays one comparison for it from then on.
-    fn expire_handshakes(&mut self) -> Result<bool, EngineError> {
-        let mut closed = false;
-        while let Some((at, slot, generation)) = self.handshakes.front() {
-            let pending = self
-                .conns
-                .get(slot)
-                .and_then(|c| c.as_ref())
-                .is_some_and(|c| c.generation == generation && c.peer.is_none());
-            if pending && self.now() < at {
-                break;
-            }
-            self.handshakes.pop();
-            if pending {
-                let why = format!(
-                    "no handshake within {} ms",
-                    self.handshakes.timeout().as_millis()
-                );
-                self.close(slot, why)?;
-                closed = true;
-            }
+    /// The connection in `slot` has not authenticated in time: close it.
+    fn handshake_overdue(&mut self, slot: usize) -> Result<(), EngineError> {
+        let pending = self
+            .conns
+            .get(slot)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.peer.is_none());
+        if !pending {
+            return Ok(());
         }
-        Ok(closed)
+        let why = format!(
+            "no handshake within {} ms",
+            self.cfg.handshake_timeout.as_millis()
+        );
+        self.close(slot, why)
     }
 
     fn commands(&mut self) -> Result<(), EngineError> {
@@ -646,9 +606,6 @@ where
         let Some(mut host) = self.hosts.get_mut(h).and_then(|x| x.take()) else {
             return;
         };
-        if host.accept_rest.is_some() {
-            self.resting -= 1;
-        }
         self.by_id.remove(&host.identity.node_id);
         self.before_closing_fds();
         let _ = self.poll.registry().deregister(&mut host.listener);
@@ -669,10 +626,12 @@ where
                         Ending::Reset => reset(&conn.stream),
                     }
                     self.free.push(i);
+                    self.timers.cancel(Due::Handshake(i));
                 }
             }
         }
-        self.timers.cancel_where(|&(x, _)| x == h);
+        self.timers
+            .cancel_where(|d| matches!(*d, Due::Protocol(x, _) | Due::Listener(x) if x == h));
         self.inbox.retain(|&(x, _, _)| x != h);
         let _ = host.retire.send(host.proto);
     }
@@ -777,9 +736,8 @@ where
             ending: false,
             sending: false,
         })?;
-        let now = self.now();
-        let generation = self.generation_of(slot).unwrap_or(0);
-        self.handshakes.start(now, slot, generation);
+        let at = self.now() + self.cfg.handshake_timeout;
+        self.timers.set(Due::Handshake(slot), at);
         if !connecting {
             self.flush(slot)?;
         }
@@ -828,6 +786,7 @@ where
             return Ok(());
         };
         self.free.push(slot);
+        self.timers.cancel(Due::Handshake(slot));
         let h = conn.host;
         if self.uring.is_none() {
             let _ = self.poll.registry().deregister(&mut conn.stream);
@@ -1062,6 +1021,7 @@ where
                     conn.out.push_bytes(&reply);
                     if let Some(peer) = authenticated {
                         conn.peer = Some(peer);
+                        self.timers.cancel(Due::Handshake(slot));
                         // Our own connection: release what waited for authentication.
                         conn.out.append(&mut conn.queued);
                         // A peer's connection becomes our route to it if we have none.
@@ -1196,9 +1156,9 @@ where
                 Action::Send { to, msg } => self.send(h, to, msg.to_wire())?,
                 Action::SetTimer { timer, after } => {
                     let at = self.now() + after;
-                    self.timers.set((h, timer), at);
+                    self.timers.set(Due::Protocol(h, timer), at);
                 }
-                Action::CancelTimer(t) => self.timers.cancel((h, t)),
+                Action::CancelTimer(t) => self.timers.cancel(Due::Protocol(h, t)),
                 Action::Report(e) => self.emit(h, NodeEvent::Protocol(e)),
             }
         }
