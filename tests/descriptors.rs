@@ -1,17 +1,19 @@
 //! A node that runs out of file descriptors keeps running: the connections it cannot accept
 //! wait in its listener's backlog, it says so once, and it accepts again once descriptors are
-//! free. A test file of its own, because it lowers this process's RLIMIT_NOFILE and fills its
-//! descriptor table.
+//! free; and silent strangers holding every descriptor do not keep a real peer out until
+//! their deadline. A test file of its own, because it lowers this process's RLIMIT_NOFILE and
+//! fills its descriptor table (so the two run in turn, in one test).
 
 mod common;
 
 use common::events::collect;
+use common::handshake::shake_hands;
 use common::serving::still_serves;
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
 use weft::transport::{Cluster, NodeOptions};
-use weft::wire::handshake::JobKey;
+use weft::wire::handshake::{Identity, JobKey};
 use weft::NodeId;
 
 fn open_descriptors() -> u64 {
@@ -40,7 +42,22 @@ fn limit_descriptors(soft: u64) -> (u64, u64) {
 fn running_out_of_descriptors_pauses_accepting_not_the_node() {
     for backend in [Backend::Poll, Backend::Uring] {
         running_out_of_descriptors_on(backend);
+        strangers_holding_every_descriptor_make_room_on(backend);
     }
+}
+
+/// This process's descriptor table, filled up to its limit but for `room` (the copies hold
+/// the table until dropped).
+fn fill_descriptors_but(room: usize) -> Vec<std::os::fd::OwnedFd> {
+    let null: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let mut filler = Vec::new();
+    while let Ok(fd) = std::os::fd::AsFd::as_fd(&null).try_clone_to_owned() {
+        filler.push(fd);
+    }
+    // The original counts too: dropped here, it would leave one more free than asked.
+    filler.push(null);
+    filler.truncate(filler.len() - room);
+    filler
 }
 
 fn running_out_of_descriptors_on(backend: Backend) {
@@ -69,12 +86,7 @@ fn running_out_of_descriptors_on(backend: Backend) {
     let strangers: Vec<socket2::Socket> = (0..64)
         .map(|_| socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap())
         .collect();
-    let mut filler: Vec<std::os::fd::OwnedFd> = Vec::new();
-    let null = std::fs::File::open("/dev/null").unwrap();
-    while let Ok(fd) = std::os::fd::AsFd::as_fd(&null).try_clone_to_owned() {
-        filler.push(fd);
-    }
-    filler.truncate(filler.len() - 4);
+    let filler = fill_descriptors_but(4);
     for s in &strangers {
         s.connect(&target.into()).unwrap();
     }
@@ -103,4 +115,61 @@ fn running_out_of_descriptors_on(backend: Backend) {
     drop(strangers);
     limit_descriptors(soft);
     still_serves(c, key, o);
+}
+
+/// The node has room for 4 connections and 4 silent strangers take it. A real peer that dials
+/// next is accepted once the oldest stranger has waited its grace (a tenth of the handshake
+/// deadline) and is closed for it, not when the strangers' deadline passes.
+fn strangers_holding_every_descriptor_make_room_on(backend: Backend) {
+    let key = JobKey::from_bytes([8; 32]);
+    let deadline = std::time::Duration::from_secs(30);
+    let o = NodeOptions {
+        key: Some(key.clone()),
+        wait: WaitMode::Block,
+        pin: false,
+        backend: Some(backend),
+        handshake_timeout: deadline,
+        ..NodeOptions::default()
+    };
+    let (soft, _) = limit_descriptors(open_descriptors() + 512);
+    let c = Cluster::start(1, o, move |_, _| PingPong::ponger()).unwrap();
+    let target = c.nodes[0].addr;
+    let socket = || socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None);
+    let strangers: Vec<socket2::Socket> = (0..4).map(|_| socket().unwrap()).collect();
+    let peer = socket().unwrap();
+    let filler = fill_descriptors_but(4);
+    for s in &strangers {
+        s.connect(&target.into()).unwrap();
+    }
+    // Let the node take them: its table is then full.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let dialed = std::time::Instant::now();
+    peer.connect(&target.into()).unwrap();
+    let mut peer: std::net::TcpStream = peer.into();
+    let me = Identity {
+        job_id: 1,
+        node_id: NodeId(9),
+        key,
+    };
+    let shaken = shake_hands(&mut peer, me, deadline / 2);
+    let waited = dialed.elapsed();
+    let seen = collect(&c.events, 1, |_| false);
+    drop(filler);
+    limit_descriptors(soft);
+    assert_eq!(
+        shaken,
+        Ok(NodeId(0)),
+        "{backend}: after {waited:?}: {seen:?}"
+    );
+    // It did wait: the table was full, and a stranger had to reach its grace (3 s).
+    assert!(
+        waited >= std::time::Duration::from_secs(2),
+        "{backend}: the real peer got in after {waited:?}: was the node out of descriptors? {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.starts_with("crowded out"))),
+        "{backend}: {seen:?}"
+    );
+    drop(strangers);
 }

@@ -4,6 +4,7 @@
 mod common;
 
 use common::events::{collect, wait_done};
+use common::handshake::shake_hands;
 use common::serving::still_serves;
 use std::collections::HashSet;
 use std::io::{ErrorKind, Write};
@@ -20,7 +21,7 @@ use weft::sim::tree::Tree;
 use weft::topology::bmg as formula;
 use weft::transport::{Cluster, NodeOptions};
 use weft::wire::frame::{write_frame, FrameHeader, Kind};
-use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
+use weft::wire::handshake::{Identity, JobKey};
 use weft::{NodeId, Rank};
 
 /// Every engine test runs on both backends (the monoio habit).
@@ -265,28 +266,10 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         node_id: NodeId(99),
         key: JobKey::from_bytes([4; 32]),
     };
-    let mut out = Vec::new();
-    let mut hs = Handshake::start(Role::Initiator, stranger, None, &mut out).unwrap();
     let mut s4 = TcpStream::connect(target).unwrap();
-    s4.write_all(&out).unwrap();
-    // Read the node's Hello and send our (wrong) Auth.
-    s4.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut dec = weft::wire::FrameDecoder::default();
-    let mut buf = [0u8; 4096];
-    let mut replied = false;
-    while !replied {
-        let n = std::io::Read::read(&mut s4, &mut buf).unwrap();
-        assert!(n > 0, "node closed before its Hello");
-        dec.push(&buf[..n]);
-        while let Some(f) = dec.next_frame().unwrap() {
-            let mut reply = Vec::new();
-            let _ = hs.on_frame(f.kind, f.body(), &mut reply);
-            if !reply.is_empty() {
-                s4.write_all(&reply).unwrap();
-                replied = true;
-            }
-        }
-    }
+    // Our Auth (with the wrong key) goes out on the node's Hello; the node's proof fails ours.
+    let ours = shake_hands(&mut s4, stranger, Duration::from_secs(5));
+    assert!(ours.is_err(), "a node proved the wrong key: {ours:?}");
     let seen = collect(&c.events, 5, |s| {
         s.iter()
             .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("job key")))
@@ -410,6 +393,72 @@ fn a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend: Backend) {
     );
     drop(mute);
 
+    still_serves(c, key, opts_for(backend));
+}
+
+/// Past `max_strangers`, a new connection closes the strangers that have waited longest (a
+/// tenth of the handshake deadline or more), long before their deadline, down to the bound;
+/// a burst of young ones over the bound is let be.
+#[test]
+fn strangers_past_the_bound_are_crowded_out_oldest_first() {
+    for backend in BACKENDS {
+        strangers_past_the_bound_are_crowded_out_on(backend);
+    }
+}
+
+fn strangers_past_the_bound_are_crowded_out_on(backend: Backend) {
+    // Grace: 400 ms, a tenth of the deadline.
+    let deadline = Duration::from_secs(4);
+    let key = JobKey::from_bytes([7; 32]);
+    let o = NodeOptions {
+        key: Some(key.clone()),
+        handshake_timeout: deadline,
+        max_strangers: 4,
+        ..opts_for(backend)
+    };
+    let c = Cluster::start(2, o, move |_, _| PingPong::ponger()).unwrap();
+    let target = c.nodes[1].addr;
+    let crowded = |seen: &[(NodeId, NodeEvent)]| {
+        seen.iter()
+            .filter(|(who, e)| {
+                *who == NodeId(1)
+                    && matches!(e, NodeEvent::Refused(r) if r.starts_with("crowded out"))
+            })
+            .count()
+    };
+    let started = std::time::Instant::now();
+    // A burst of 8, twice the bound, all younger than the grace: none is closed for it.
+    let mut strangers: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(target).unwrap())
+        .collect();
+    let seen = collect(&c.events, 1, |_| false);
+    assert_eq!(
+        crowded(&seen),
+        0,
+        "{backend}: a young burst was cut: {seen:?}"
+    );
+    // One more, now that the 8 are past the grace: the 5 oldest go, leaving the bound.
+    strangers.push(TcpStream::connect(target).unwrap());
+    let seen = collect(&c.events, 2, |s| crowded(s) >= 5);
+    assert_eq!(crowded(&seen), 5, "{backend}: {seen:?}");
+    assert!(
+        started.elapsed() < deadline,
+        "{backend}: the strangers were closed no earlier than their deadline"
+    );
+    for (i, s) in strangers.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 256];
+        // The node's Hello comes first on every accepted connection; then the end, or nothing.
+        let ended = loop {
+            match std::io::Read::read(s, &mut b) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) => break e.kind() == ErrorKind::ConnectionReset,
+            }
+        };
+        assert_eq!(ended, i < 5, "{backend}: stranger {i} closed: {ended}");
+    }
     still_serves(c, key, opts_for(backend));
 }
 

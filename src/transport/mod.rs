@@ -179,7 +179,17 @@ pub struct NodeOptions {
     /// dead, so its kernel still acknowledges) would otherwise make this node queue for it
     /// without bound. See [`MAX_QUEUED`].
     pub max_queued: usize,
+    /// Most accepted connections that may wait for their handshake at once. Past it, the
+    /// one that has waited longest is closed if it has waited a tenth of
+    /// `handshake_timeout`; so is it when no descriptor is free for a new connection. Many
+    /// silent connections thus cannot keep real peers out until their deadline. See
+    /// [`MAX_STRANGERS`].
+    pub max_strangers: usize,
 }
+
+/// Default [`NodeOptions::max_strangers`]: far more than dial one node at once in a job's
+/// overlays (O(log N) each), and a burst larger than it is only cut once it has waited.
+pub const MAX_STRANGERS: usize = 256;
 
 /// Default [`NodeOptions::max_queued`]: 16 frames of the largest default body, far above
 /// what a live peer leaves unread (the kernel's socket buffers take megabytes first).
@@ -211,6 +221,7 @@ impl Default for NodeOptions {
             congestion: Some(crate::engine::congestion::PREFERRED.to_string()),
             handshake_timeout: HANDSHAKE_TIMEOUT,
             max_queued: MAX_QUEUED,
+            max_strangers: MAX_STRANGERS,
         }
     }
 }
@@ -291,6 +302,7 @@ where
         congestion: opts.congestion.clone(),
         handshake_timeout: opts.handshake_timeout,
         max_queued: opts.max_queued,
+        max_strangers: opts.max_strangers,
     };
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),

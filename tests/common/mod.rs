@@ -1,9 +1,10 @@
 //! Helpers the integration tests share: run the real `weft` binary, get a scratch dir, wait
 //! for what in-process nodes report ([`events`]), check that a node still serves
-//! ([`serving`]).
+//! ([`serving`]), shake hands by hand ([`handshake`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
+pub mod handshake;
 pub mod serving;
 
 use std::path::PathBuf;

@@ -40,6 +40,12 @@ pub(super) fn classify(e: &io::Error) -> AcceptFailure {
     }
 }
 
+/// Whether `e` says this process (`EMFILE`) or the system (`ENFILE`) has no descriptor free:
+/// a shortage that closing one connection ends.
+pub(super) fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,11 +27,13 @@
 //!
 //! Files: this one has the loop, the hosted nodes, connections' life and the readiness path;
 //! `ring.rs` the io_uring completions; `conn.rs` a connection and an io_uring send;
-//! `accept.rs` what a failed accept means.
+//! `accept.rs` what a failed accept means; `strangers.rs` which unauthenticated connection
+//! makes room when they crowd a node.
 
 mod accept;
 mod conn;
 mod ring;
+mod strangers;
 
 use super::clock::Clock;
 use super::timers::Timers;
@@ -52,6 +54,7 @@ use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
+use strangers::Strangers;
 
 /// The token of the waker that interrupts a blocked poll for commands.
 pub const WAKER: Token = Token(0);
@@ -87,6 +90,15 @@ fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::R
         Token(slot + FIRST_CONN),
         Interest::READABLE | Interest::WRITABLE,
     )
+}
+
+/// Whether `slot` of `conns` holds hosted node `h`'s connection of `generation`, still
+/// unauthenticated.
+fn is_stranger(conns: &[Option<Conn>], h: usize, slot: usize, generation: u32) -> bool {
+    conns
+        .get(slot)
+        .and_then(|c| c.as_ref())
+        .is_some_and(|c| c.host == h && c.generation == generation && c.peer.is_none())
 }
 
 /// Orders from outside the reactor.
@@ -153,6 +165,9 @@ pub struct ReactorConfig {
     /// Most bytes a connection may have queued (not yet taken by the kernel); a send past it
     /// closes the connection and the peer is suspected: it has stopped reading.
     pub max_queued: usize,
+    /// Most accepted connections a hosted node lets wait for their handshake; past it, the
+    /// oldest that has waited a tenth of `handshake_timeout` is closed (see `strangers.rs`).
+    pub max_strangers: usize,
 }
 
 /// A node to host.
@@ -180,6 +195,8 @@ struct Host<P> {
     retire: Sender<P>,
     /// An accept failed and was reported; cleared by the next one that succeeds.
     accept_failing: bool,
+    /// Accepted connections not yet authenticated.
+    strangers: Strangers,
 }
 
 /// What a reactor timer is for: a hosted node's protocol timer, or one of the engine's own
@@ -308,6 +325,7 @@ where
                 proto: spec.proto,
                 retire: spec.retire,
                 accept_failing: false,
+                strangers: Strangers::default(),
             }));
         }
         let clock = Clock::since(cfg.epoch);
@@ -736,12 +754,79 @@ where
             ending: false,
             sending: false,
         })?;
-        let at = self.now() + self.cfg.handshake_timeout;
-        self.timers.set(Due::Handshake(slot), at);
+        let now = self.now();
+        self.timers
+            .set(Due::Handshake(slot), now + self.cfg.handshake_timeout);
+        if dialed.is_none() {
+            let conns = &self.conns;
+            if let Some(host) = self.hosts[h].as_mut() {
+                let generation = conns[slot].as_ref().map_or(0, |c| c.generation);
+                host.strangers
+                    .arrived(slot, generation, now, |s, g| is_stranger(conns, h, s, g));
+            }
+        }
         if !connecting {
             self.flush(slot)?;
         }
+        if dialed.is_none() {
+            self.crowd_out(h)?;
+        }
         Ok(Some(slot))
+    }
+
+    /// More strangers wait on hosted node `h` than [`ReactorConfig::max_strangers`]: close
+    /// the oldest while they are past their grace (younger ones are let be: a real burst).
+    fn crowd_out(&mut self, h: usize) -> Result<(), EngineError> {
+        loop {
+            let waiting = match self.hosts.get(h).and_then(|x| x.as_ref()) {
+                Some(host) => host.strangers.count(),
+                None => return Ok(()),
+            };
+            if waiting <= self.cfg.max_strangers {
+                return Ok(());
+            }
+            let Some((slot, age)) = self.overdue_stranger(h) else {
+                return Ok(());
+            };
+            let why = format!(
+                "crowded out: no handshake in {} ms, with {waiting} connections waiting (most {})",
+                age.as_millis(),
+                self.cfg.max_strangers
+            );
+            self.close(slot, why)?;
+        }
+    }
+
+    /// `accept` found no descriptor free (`e`): close hosted node `h`'s oldest stranger past
+    /// its grace, at once, so that the connection next in the backlog gets its descriptor.
+    /// Whether one was closed.
+    fn make_room(&mut self, h: usize, e: &std::io::Error) -> Result<bool, EngineError> {
+        if !accept::out_of_descriptors(e) {
+            return Ok(false);
+        }
+        let Some((slot, age)) = self.overdue_stranger(h) else {
+            return Ok(false);
+        };
+        let why = format!(
+            "crowded out: no handshake in {} ms, and no descriptor free ({e})",
+            age.as_millis()
+        );
+        self.close(slot, why)?;
+        self.bury_lost(Ending::Close, 1);
+        Ok(true)
+    }
+
+    /// Hosted node `h`'s oldest stranger if it has waited past its grace, and how long.
+    fn overdue_stranger(&mut self, h: usize) -> Option<(usize, Duration)> {
+        let now = self.now();
+        let grace = strangers::grace(self.cfg.handshake_timeout);
+        let before = crate::proto::Time(now.0.saturating_sub(grace.as_nanos() as u64));
+        let conns = &self.conns;
+        let host = self.hosts.get_mut(h)?.as_mut()?;
+        let (slot, at) = host
+            .strangers
+            .overdue(before, |s, g| is_stranger(conns, h, s, g))?;
+        Some((slot, now.since(at)))
     }
 
     fn accept(&mut self, h: usize) -> Result<(), EngineError> {
@@ -759,8 +844,10 @@ where
                 Err(e) => match accept::classify(&e) {
                     AcceptFailure::NextConnection => {}
                     AcceptFailure::Rest => {
-                        self.rest_listener(h, &e, true);
-                        return Ok(());
+                        if !self.make_room(h, &e)? {
+                            self.rest_listener(h, &e, true);
+                            return Ok(());
+                        }
                     }
                 },
             }
@@ -792,6 +879,11 @@ where
             let _ = self.poll.registry().deregister(&mut conn.stream);
         }
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
+        if !authenticated && conn.dialed.is_none() {
+            if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+                host.strangers.left();
+            }
+        }
         self.lost.push(conn.stream);
         // An authenticated peer's reason is said after the protocol heard of the loss (below):
         // the suspicion is what is timed, the words are for whoever reads the events.
@@ -1026,6 +1118,9 @@ where
                         conn.out.append(&mut conn.queued);
                         // A peer's connection becomes our route to it if we have none.
                         if let Some(host) = self.hosts.get_mut(conn.host).and_then(|x| x.as_mut()) {
+                            if conn.dialed.is_none() {
+                                host.strangers.left();
+                            }
                             host.route.entry(peer).or_insert(slot);
                             let _ = self
                                 .events

@@ -62,7 +62,9 @@ where
             }
         } else if raw != -libc::ECANCELED && alive {
             let e = std::io::Error::from_raw_os_error(-raw);
-            if super::accept::classify(&e) == super::accept::AcceptFailure::Rest {
+            if super::accept::classify(&e) == super::accept::AcceptFailure::Rest
+                && !self.make_room(h, &e)?
+            {
                 // Armed again at once, the accept would fail again at once, every turn.
                 self.rest_listener(h, &e, !more);
                 return Ok(());

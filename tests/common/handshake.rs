@@ -1,0 +1,39 @@
+//! A handshake carried out by hand over a plain socket, as any other process (a stranger with
+//! the wrong key, or a real peer whose node runs nowhere near the test's descriptors) would.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use weft::wire::handshake::{Handshake, Identity, Role};
+use weft::wire::FrameDecoder;
+use weft::NodeId;
+
+/// Dial-side handshake as `me` on the connected `s`: send our Hello, answer the node's, and
+/// check its proof. The node's id once it proved the job key, or why not (the node closed,
+/// said nothing within `patience`, or failed the proof).
+pub fn shake_hands(s: &mut TcpStream, me: Identity, patience: Duration) -> Result<NodeId, String> {
+    let mut out = Vec::new();
+    let mut hs =
+        Handshake::start(Role::Initiator, me, None, &mut out).map_err(|e| e.to_string())?;
+    s.write_all(&out)
+        .map_err(|e| format!("send our Hello: {e}"))?;
+    s.set_read_timeout(Some(patience))
+        .map_err(|e| e.to_string())?;
+    let mut dec = FrameDecoder::default();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            return Err("the node closed the connection".into());
+        }
+        dec.push(&buf[..n]);
+        while let Some(f) = dec.next_frame().map_err(|e| e.to_string())? {
+            let mut reply = Vec::new();
+            let done = hs.on_frame(f.kind, f.body(), &mut reply);
+            s.write_all(&reply).map_err(|e| format!("send: {e}"))?;
+            if let Some(peer) = done.map_err(|e| e.to_string())? {
+                return Ok(peer);
+            }
+        }
+    }
+}
