@@ -71,6 +71,15 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = weft::transport::HANDSHAKE_TIMEOUT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     handshake_timeout_ms: u64,
+    /// Suspect a peer once this many MiB wait to be sent to it (it has stopped reading).
+    #[arg(long, default_value_t = (weft::transport::MAX_QUEUED >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_queued_mib: u64,
+    /// Most accepted connections waiting for their handshake; past it, the longest-waiting
+    /// one that has had a tenth of the handshake timeout is closed.
+    #[arg(long, default_value_t = weft::transport::MAX_STRANGERS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_strangers: u64,
 }
 
 fn parse_peers(s: &str) -> anyhow::Result<HashMap<NodeId, SocketAddr>> {
@@ -99,6 +108,10 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         a.id,
         a.nodes
     );
+    let max_queued = usize::try_from(a.max_queued_mib)
+        .ok()
+        .and_then(|m| m.checked_mul(1 << 20))
+        .context("--max-queued-mib is too large")?;
     let key = match &a.key_file {
         Some(path) => JobKey::from_file(path)?,
         None => JobKey::from_env()?
@@ -155,6 +168,8 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
             congestion: super::congestion_arg(&a.congestion),
             handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
+            max_queued,
+            max_strangers: a.max_strangers as usize,
             ..NodeOptions::default()
         },
     };
