@@ -684,7 +684,9 @@ where
         }
     }
 
-    fn insert(&mut self, conn: Conn) -> Result<usize, EngineError> {
+    /// Put `conn` in a slot and have the backend watch it (epoll) or receive on it (the
+    /// ring). An error is the connection's, and leaves the table as it was.
+    fn insert(&mut self, conn: Conn) -> std::io::Result<usize> {
         let slot = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -695,18 +697,38 @@ where
         let mut conn = conn;
         self.generation = (self.generation + 1) & GEN_MASK;
         conn.generation = self.generation;
-        match &mut self.uring {
+        let watched = match &mut self.uring {
             // The ring receives (once connected) and sends; epoll never sees the socket.
-            Some(u) => {
-                if !conn.connecting {
-                    use std::os::fd::AsRawFd;
-                    u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))?;
-                }
+            Some(u) if !conn.connecting => {
+                use std::os::fd::AsRawFd;
+                u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))
             }
-            None => register_conn(&self.poll, &mut conn.stream, slot)?,
+            Some(_) => Ok(()),
+            // ENOSPC past fs.epoll.max_user_watches, ENOMEM.
+            None => register_conn(&self.poll, &mut conn.stream, slot),
+        };
+        if let Err(e) = watched {
+            self.free.push(slot);
+            return Err(e);
         }
         self.conns[slot] = Some(conn);
         Ok(slot)
+    }
+
+    /// Hosted node `h` could not open a connection (`why`): a dial's peer is suspected, as
+    /// when the connect itself fails; an accepted stranger's is refused. Either way the
+    /// reactor and its other connections go on.
+    fn not_opened(&mut self, h: usize, dialed: Option<NodeId>, why: String) {
+        let Some(to) = dialed else {
+            self.emit(h, NodeEvent::Refused(why));
+            return;
+        };
+        self.emit(h, NodeEvent::Suspect(to));
+        let now = self.now();
+        if let Some(host) = self.hosts[h].as_mut() {
+            host.proto.on_suspect(now, to, &mut self.outbox);
+        }
+        self.emit(h, NodeEvent::Refused(format!("{to}: {why}")));
     }
 
     /// Start hosted node `h`'s handshake on a new connection and register it; `None` if it
@@ -722,20 +744,26 @@ where
         let Some(identity) = self.hosts[h].as_ref().map(|x| x.identity.clone()) else {
             return Ok(None);
         };
-        stream.set_nodelay(true)?;
-        if let Some(limit) = self.cfg.dead_after {
-            conn::bound_silence(&stream, limit)?;
+        let options = stream
+            .set_nodelay(true)
+            .and_then(|()| match self.cfg.dead_after {
+                Some(limit) => conn::bound_silence(&stream, limit),
+                None => Ok(()),
+            });
+        if let Err(e) = options {
+            self.not_opened(h, dialed, format!("socket options: {e}"));
+            return Ok(None);
         }
         crate::engine::congestion::apply(&stream, self.cfg.congestion.as_deref());
         let mut hello = Vec::new();
         let handshake = match Handshake::start(role, identity, dialed, &mut hello) {
             Ok(hs) => hs,
             Err(e) => {
-                self.emit(h, NodeEvent::Refused(e.to_string()));
+                self.not_opened(h, dialed, e.to_string());
                 return Ok(None);
             }
         };
-        let slot = self.insert(Conn {
+        let inserted = self.insert(Conn {
             host: h,
             generation: 0,
             stream,
@@ -753,7 +781,14 @@ where
             connecting,
             ending: false,
             sending: false,
-        })?;
+        });
+        let slot = match inserted {
+            Ok(slot) => slot,
+            Err(e) => {
+                self.not_opened(h, dialed, format!("watch the connection: {e}"));
+                return Ok(None);
+            }
+        };
         let now = self.now();
         self.timers
             .set(Due::Handshake(slot), now + self.cfg.handshake_timeout);
@@ -1318,12 +1353,7 @@ where
         let stream = match self.connect_socket(addr) {
             Ok(s) => s,
             Err(e) => {
-                self.emit(h, NodeEvent::Suspect(to));
-                let now = self.now();
-                if let Some(host) = self.hosts[h].as_mut() {
-                    host.proto.on_suspect(now, to, &mut self.outbox);
-                }
-                self.emit(h, NodeEvent::Refused(format!("connect {addr}: {e}")));
+                self.not_opened(h, Some(to), format!("connect {addr}: {e}"));
                 return Ok(None);
             }
         };
@@ -1339,14 +1369,18 @@ where
             let sa = Box::new(socket2::SockAddr::from(addr));
             // SAFETY: the address is boxed and kept in `connects` until the connect completes
             // (`cancel_all` waits for that before the reactor drops the table).
-            unsafe {
+            let queued = unsafe {
                 u.connect(
                     conn.stream.as_raw_fd(),
                     sa.as_ptr().cast(),
                     sa.len(),
                     tagged,
                 )
-            }?;
+            };
+            if let Err(e) = queued {
+                self.close(slot, format!("connect {addr}: {e}"))?;
+                return Ok(None);
+            }
             self.connects.insert(tagged, sa);
         }
         if let Some(host) = self.hosts[h].as_mut() {
