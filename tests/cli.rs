@@ -131,7 +131,6 @@ fn sweep_writes_csv_and_svg() {
         svg.contains("ring") && svg.contains("BMG"),
         "legend missing"
     );
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]

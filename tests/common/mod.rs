@@ -27,10 +27,27 @@ pub fn weft(args: &[&str]) -> Output {
     weft_env(&[], args)
 }
 
+/// A scratch directory, removed with everything in it when dropped (also when the test
+/// fails: a failed test's files are not worth a leak in /tmp per run).
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// An empty scratch directory, unique to this test process and `name`.
-pub fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("weft-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+    Scratch(dir)
 }
