@@ -251,6 +251,20 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
         "{seen:?}"
     );
 
+    // 2b. A length any authenticated peer may send (512 KiB, under `max_body`), from a
+    // stranger: refused from the header too, before the node sets room aside for it.
+    let mut s2b = TcpStream::connect(target).unwrap();
+    let mut f = Vec::new();
+    FrameHeader::write(Kind::Hello, 512 << 10, &mut f);
+    s2b.write_all(&f).unwrap();
+    let seen = collect(&c.events, 5, |s| refused(s) >= 1);
+    assert!(
+        seen.iter().any(|(_, e)| matches!(e, NodeEvent::Refused(r)
+            if r.contains("exceeds the maximum of 1024"))),
+        "a stranger's large frame was waited for: {seen:?}"
+    );
+    assert_closed(&mut s2b, "the stranger announcing a large frame");
+
     // 3. A truncated frame, then the connection ends.
     let mut s3 = TcpStream::connect(target).unwrap();
     let mut f = Vec::new();

@@ -122,6 +122,12 @@ impl FrameDecoder {
         }
     }
 
+    /// Refuse bodies larger than `max_body` from the next frame on (a connection's limit
+    /// rises once it has authenticated).
+    pub fn set_max_body(&mut self, max_body: u32) {
+        self.max_body = max_body;
+    }
+
     /// The buffer, ready to take `more` bytes at its end: ours alone (a fresh one holding the
     /// unread bytes if frames still share the old one), compacted when the consumed part is
     /// the larger (keeps alignment: `read % 16 == 0`).

@@ -24,6 +24,11 @@ use std::path::Path;
 /// a version-1 decoder refuses.
 pub const HANDSHAKE_VERSION: u16 = 2;
 
+/// Largest frame body a connection accepts before it has authenticated. Hello and Auth are
+/// under 100 bytes; the rest is room for later versions. A stranger may not make a node set
+/// aside a full message's room (16 MiB by default) by announcing a large frame.
+pub const MAX_HANDSHAKE_BODY: u32 = 1024;
+
 /// The secret every process of one job shares.
 #[derive(Clone, PartialEq, Eq)]
 pub struct JobKey([u8; 32]);
@@ -365,7 +370,11 @@ mod tests {
         let (mut to_b, mut to_a) = (Vec::new(), Vec::new());
         let mut ha = Handshake::with_nonce(Role::Initiator, a, expect, [1; 32], &mut to_b).unwrap();
         let mut hb = Handshake::with_nonce(Role::Responder, b, None, [2; 32], &mut to_a).unwrap();
-        let (mut da, mut db) = (FrameDecoder::default(), FrameDecoder::default());
+        // Decoders as a node has them before authentication: the frames must fit.
+        let (mut da, mut db) = (
+            FrameDecoder::new(MAX_HANDSHAKE_BODY),
+            FrameDecoder::new(MAX_HANDSHAKE_BODY),
+        );
         let (mut ra, mut rb) = (Ok(None), Ok(None));
         for _ in 0..4 {
             db.push(&std::mem::take(&mut to_b));

@@ -41,7 +41,7 @@ use super::uring::Uring;
 use super::{Backend, EngineError, WaitMode, SPIN};
 use crate::id::IdMap;
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
-use crate::wire::handshake::{Handshake, Identity, Role};
+use crate::wire::handshake::{Handshake, Identity, Role, MAX_HANDSHAKE_BODY};
 use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
 use crate::NodeId;
 use accept::{AcceptFailure, ACCEPT_RETRY};
@@ -767,7 +767,8 @@ where
             host: h,
             generation: 0,
             stream,
-            decoder: FrameDecoder::new(self.cfg.max_body),
+            // Handshake frames only, until the peer has proved the key.
+            decoder: FrameDecoder::new(MAX_HANDSHAKE_BODY),
             out: {
                 let mut q = SendQueue::new();
                 q.push_bytes(&hello);
@@ -1148,6 +1149,7 @@ where
                     conn.out.push_bytes(&reply);
                     if let Some(peer) = authenticated {
                         conn.peer = Some(peer);
+                        conn.decoder.set_max_body(self.cfg.max_body);
                         self.timers.cancel(Due::Handshake(slot));
                         // Our own connection: release what waited for authentication.
                         conn.out.append(&mut conn.queued);
