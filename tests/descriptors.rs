@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::events::collect;
+use common::events::{collect, refusals};
 use common::handshake::shake_hands;
 use common::serving::still_serves;
 use weft::engine::reactor::NodeEvent;
@@ -74,13 +74,7 @@ fn running_out_of_descriptors_on(backend: Backend) {
     let (soft, _) = limit_descriptors(open_descriptors() + 512);
     let c = Cluster::start(2, o.clone(), move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
-    let accept_refusals = |seen: &[(NodeId, NodeEvent)]| {
-        seen.iter()
-            .filter(|(who, e)| {
-                *who == NodeId(1) && matches!(e, NodeEvent::Refused(r) if r.starts_with("accept"))
-            })
-            .count()
-    };
+    let accept_refusals = |seen: &[(NodeId, NodeEvent)]| refusals(seen, Some(NodeId(1)), "accept:");
     // The strangers' sockets first, then the rest of the table filled (copies of one
     // descriptor, up to the limit), then 4 given back: the node can accept 4 of the 64.
     let strangers: Vec<socket2::Socket> = (0..64)
@@ -105,10 +99,9 @@ fn running_out_of_descriptors_on(backend: Backend) {
         "{backend}: {reports} reports of one shortage in about a second"
     );
     // The connections it did accept started their handshakes: a nonce needs no descriptor.
-    assert!(
-        !seen_later
-            .iter()
-            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("randomness"))),
+    assert_eq!(
+        refusals(&seen_later, None, "randomness"),
+        0,
         "{backend}: {seen_later:?}"
     );
     drop(filler);
@@ -167,8 +160,7 @@ fn strangers_holding_every_descriptor_make_room_on(backend: Backend) {
         "{backend}: the real peer got in after {waited:?}: was the node out of descriptors? {seen:?}"
     );
     assert!(
-        seen.iter()
-            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.starts_with("crowded out"))),
+        refusals(&seen, None, "crowded out") >= 1,
         "{backend}: {seen:?}"
     );
     drop(strangers);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::events::{collect, wait_done};
+use common::events::{collect, refusals, wait_done};
 use common::handshake::shake_hands;
 use common::serving::still_serves;
 use std::collections::HashSet;
@@ -245,11 +245,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
     FrameHeader::write(Kind::Hello, 1 << 30, &mut f);
     s2.write_all(&f).unwrap();
     let seen = collect(&c.events, 5, |s| refused(s) >= 1);
-    assert!(
-        seen.iter()
-            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("exceeds"))),
-        "{seen:?}"
-    );
+    assert!(refusals(&seen, None, "exceeds") >= 1, "{seen:?}");
 
     // 2b. A length any authenticated peer may send (512 KiB, under `max_body`), from a
     // stranger: refused from the header too, before the node sets room aside for it.
@@ -259,8 +255,7 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
     s2b.write_all(&f).unwrap();
     let seen = collect(&c.events, 5, |s| refused(s) >= 1);
     assert!(
-        seen.iter().any(|(_, e)| matches!(e, NodeEvent::Refused(r)
-            if r.contains("exceeds the maximum of 1024"))),
+        refusals(&seen, None, "exceeds the maximum of 1024") >= 1,
         "a stranger's large frame was waited for: {seen:?}"
     );
     assert_closed(&mut s2b, "the stranger announcing a large frame");
@@ -284,15 +279,8 @@ fn bad_input_closes_one_connection_and_the_node_serves_on_on(backend: Backend) {
     // Our Auth (with the wrong key) goes out on the node's Hello; the node's proof fails ours.
     let ours = shake_hands(&mut s4, stranger, Duration::from_secs(5));
     assert!(ours.is_err(), "a node proved the wrong key: {ours:?}");
-    let seen = collect(&c.events, 5, |s| {
-        s.iter()
-            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("job key")))
-    });
-    assert!(
-        seen.iter()
-            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("job key"))),
-        "{seen:?}"
-    );
+    let seen = collect(&c.events, 5, |s| refusals(s, None, "job key") >= 1);
+    assert!(refusals(&seen, None, "job key") >= 1, "{seen:?}");
     assert!(!seen
         .iter()
         .any(|(_, e)| *e == NodeEvent::Authenticated(NodeId(99))));
@@ -350,12 +338,7 @@ fn a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend: Backend) {
     let c = Cluster::start(2, o.clone(), move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
     let overdue = |seen: &[(NodeId, NodeEvent)]| {
-        seen.iter()
-            .filter(|(who, e)| {
-                *who == NodeId(1)
-                    && matches!(e, NodeEvent::Refused(r) if r.contains("no handshake within 300 ms"))
-            })
-            .count()
+        refusals(seen, Some(NodeId(1)), "no handshake within 300 ms")
     };
     let started = std::time::Instant::now();
     let mut silent = TcpStream::connect(target).unwrap();
@@ -400,11 +383,7 @@ fn a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend: Backend) {
         suspected(&seen),
         "{backend}: a mute peer was never suspected: {seen:?}"
     );
-    assert!(
-        seen.iter()
-            .any(|(_, e)| matches!(e, NodeEvent::Refused(r) if r.contains("no handshake"))),
-        "{seen:?}"
-    );
+    assert!(refusals(&seen, None, "no handshake") >= 1, "{seen:?}");
     drop(mute);
 
     still_serves(c, key, opts_for(backend));
@@ -432,14 +411,7 @@ fn strangers_past_the_bound_are_crowded_out_on(backend: Backend) {
     };
     let c = Cluster::start(2, o, move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[1].addr;
-    let crowded = |seen: &[(NodeId, NodeEvent)]| {
-        seen.iter()
-            .filter(|(who, e)| {
-                *who == NodeId(1)
-                    && matches!(e, NodeEvent::Refused(r) if r.starts_with("crowded out"))
-            })
-            .count()
-    };
+    let crowded = |seen: &[(NodeId, NodeEvent)]| refusals(seen, Some(NodeId(1)), "crowded out");
     let started = std::time::Instant::now();
     // A burst of 8, twice the bound, all younger than the grace: none is closed for it.
     let mut strangers: Vec<TcpStream> = (0..8)

@@ -32,3 +32,12 @@ pub fn wait_done(events: &Receiver<(NodeId, NodeEvent)>, secs: u64, context: &st
     let seen = collect(events, secs, done);
     assert!(done(&seen), "{context}: {seen:?}");
 }
+
+/// How many of `seen`'s refusals, reported by any node (`by` None) or by `by`, say `what`.
+pub fn refusals(seen: &[(NodeId, NodeEvent)], by: Option<NodeId>, what: &str) -> usize {
+    seen.iter()
+        .filter(|(who, e)| {
+            by.is_none_or(|b| b == *who) && matches!(e, NodeEvent::Refused(r) if r.contains(what))
+        })
+        .count()
+}
