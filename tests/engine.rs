@@ -43,6 +43,51 @@ fn ping_pong_over_loopback_all_sizes() {
     }
 }
 
+/// Nodes on IPv6 (`[::1]`) dial, authenticate and exchange every size, on both backends: a
+/// cluster's hosts may be addressed by IPv6 alone.
+#[test]
+fn ping_pong_over_ipv6_loopback() {
+    let Ok(probe) = std::net::TcpListener::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here: skipped");
+        return;
+    };
+    drop(probe);
+    for backend in BACKENDS {
+        let key = JobKey::from_bytes([11; 32]);
+        let o = NodeOptions {
+            key: Some(key.clone()),
+            ..opts_for(backend)
+        };
+        let bind = || weft::transport::bind("[::1]:0".parse().unwrap()).unwrap();
+        let (l0, l1) = (bind(), bind());
+        let (a0, a1) = (l0.local_addr().unwrap(), l1.local_addr().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spec = |id, listener, peer: (NodeId, std::net::SocketAddr)| weft::transport::NodeSpec {
+            id,
+            listener,
+            peers: [peer].into_iter().collect(),
+            key: key.clone(),
+            core: None,
+        };
+        let sizes = vec![0, 32, 4096, 65536, 1 << 20];
+        let _ponger = weft::transport::spawn(
+            spec(NodeId(1), l1, (NodeId(0), a0)),
+            &o,
+            PingPong::ponger(),
+            tx.clone(),
+        )
+        .unwrap();
+        let _pinger = weft::transport::spawn(
+            spec(NodeId(0), l0, (NodeId(1), a1)),
+            &o,
+            PingPong::pinger(NodeId(1), sizes, 20, 0),
+            tx,
+        )
+        .unwrap();
+        wait_done(&rx, 20, &format!("{backend}: ping over IPv6"));
+    }
+}
+
 /// io_uring zero-copy sends (every send, from the handshake on) deliver the same bytes.
 #[test]
 fn ping_pong_with_zero_copy_sends() {
