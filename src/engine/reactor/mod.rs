@@ -856,7 +856,7 @@ where
     fn overdue_stranger(&mut self, h: usize) -> Option<(usize, Duration)> {
         let now = self.now();
         let grace = strangers::grace(self.cfg.handshake_timeout);
-        let before = crate::proto::Time(now.0.saturating_sub(grace.as_nanos() as u64));
+        let before = Time(now.0.saturating_sub(grace.as_nanos() as u64));
         let conns = &self.conns;
         let host = self.hosts.get_mut(h)?.as_mut()?;
         let (slot, at) = host
