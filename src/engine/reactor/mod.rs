@@ -92,15 +92,6 @@ fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::R
     )
 }
 
-/// Whether `slot` of `conns` holds hosted node `h`'s connection of `generation`, still
-/// unauthenticated.
-fn is_stranger(conns: &[Option<Conn>], h: usize, slot: usize, generation: u32) -> bool {
-    conns
-        .get(slot)
-        .and_then(|c| c.as_ref())
-        .is_some_and(|c| c.host == h && c.generation == generation && c.peer.is_none())
-}
-
 /// Orders from outside the reactor.
 #[derive(Debug)]
 pub enum Command {
@@ -794,12 +785,7 @@ where
         self.timers
             .set(Due::Handshake(slot), now + self.cfg.handshake_timeout);
         if dialed.is_none() {
-            let conns = &self.conns;
-            if let Some(host) = self.hosts[h].as_mut() {
-                let generation = conns[slot].as_ref().map_or(0, |c| c.generation);
-                host.strangers
-                    .arrived(slot, generation, now, |s, g| is_stranger(conns, h, s, g));
-            }
+            self.stranger_arrived(h, slot, now);
         }
         if !connecting {
             self.flush(slot)?;
@@ -808,61 +794,6 @@ where
             self.crowd_out(h)?;
         }
         Ok(Some(slot))
-    }
-
-    /// More strangers wait on hosted node `h` than [`ReactorConfig::max_strangers`]: close
-    /// the oldest while they are past their grace (younger ones are let be: a real burst).
-    fn crowd_out(&mut self, h: usize) -> Result<(), EngineError> {
-        loop {
-            let waiting = match self.hosts.get(h).and_then(|x| x.as_ref()) {
-                Some(host) => host.strangers.count(),
-                None => return Ok(()),
-            };
-            if waiting <= self.cfg.max_strangers {
-                return Ok(());
-            }
-            let Some((slot, age)) = self.overdue_stranger(h) else {
-                return Ok(());
-            };
-            let why = format!(
-                "crowded out: no handshake in {} ms, with {waiting} connections waiting (most {})",
-                age.as_millis(),
-                self.cfg.max_strangers
-            );
-            self.close(slot, why)?;
-        }
-    }
-
-    /// `accept` found no descriptor free (`e`): close hosted node `h`'s oldest stranger past
-    /// its grace, at once, so that the connection next in the backlog gets its descriptor.
-    /// Whether one was closed.
-    fn make_room(&mut self, h: usize, e: &std::io::Error) -> Result<bool, EngineError> {
-        if !accept::out_of_descriptors(e) {
-            return Ok(false);
-        }
-        let Some((slot, age)) = self.overdue_stranger(h) else {
-            return Ok(false);
-        };
-        let why = format!(
-            "crowded out: no handshake in {} ms, and no descriptor free ({e})",
-            age.as_millis()
-        );
-        self.close(slot, why)?;
-        self.bury_lost(Ending::Close, 1);
-        Ok(true)
-    }
-
-    /// Hosted node `h`'s oldest stranger if it has waited past its grace, and how long.
-    fn overdue_stranger(&mut self, h: usize) -> Option<(usize, Duration)> {
-        let now = self.now();
-        let grace = strangers::grace(self.cfg.handshake_timeout);
-        let before = Time(now.0.saturating_sub(grace.as_nanos() as u64));
-        let conns = &self.conns;
-        let host = self.hosts.get_mut(h)?.as_mut()?;
-        let (slot, at) = host
-            .strangers
-            .overdue(before, |s, g| is_stranger(conns, h, s, g))?;
-        Some((slot, now.since(at)))
     }
 
     fn accept(&mut self, h: usize) -> Result<(), EngineError> {

@@ -16,7 +16,10 @@
 //! A stranger is closed for crowding when a new connection makes more than the bound wait,
 //! or when `accept` finds no descriptor free.
 
-use crate::proto::Time;
+use super::conn::{Conn, Ending};
+use super::{EngineError, Reactor};
+use crate::proto::{Protocol, Time};
+use crate::wire::WireMsg;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -84,6 +87,85 @@ impl Strangers {
             return Some((slot, at));
         }
         None
+    }
+}
+
+/// Whether `slot` of `conns` holds hosted node `h`'s connection of `generation`, still
+/// unauthenticated.
+fn is_stranger(conns: &[Option<Conn>], h: usize, slot: usize, generation: u32) -> bool {
+    conns
+        .get(slot)
+        .and_then(|c| c.as_ref())
+        .is_some_and(|c| c.host == h && c.generation == generation && c.peer.is_none())
+}
+
+impl<P: Protocol> Reactor<P>
+where
+    P::Msg: WireMsg,
+{
+    /// Hosted node `h` accepted the connection in `slot` at `now`.
+    pub(super) fn stranger_arrived(&mut self, h: usize, slot: usize, now: Time) {
+        let conns = &self.conns;
+        if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+            let generation = conns[slot].as_ref().map_or(0, |c| c.generation);
+            host.strangers
+                .arrived(slot, generation, now, |s, g| is_stranger(conns, h, s, g));
+        }
+    }
+
+    /// More strangers wait on hosted node `h` than [`super::ReactorConfig::max_strangers`]: close
+    /// the oldest while they are past their grace (younger ones are let be: a real burst).
+    pub(super) fn crowd_out(&mut self, h: usize) -> Result<(), EngineError> {
+        loop {
+            let waiting = match self.hosts.get(h).and_then(|x| x.as_ref()) {
+                Some(host) => host.strangers.count(),
+                None => return Ok(()),
+            };
+            if waiting <= self.cfg.max_strangers {
+                return Ok(());
+            }
+            let Some((slot, age)) = self.overdue_stranger(h) else {
+                return Ok(());
+            };
+            let why = format!(
+                "crowded out: no handshake in {} ms, with {waiting} connections waiting (most {})",
+                age.as_millis(),
+                self.cfg.max_strangers
+            );
+            self.close(slot, why)?;
+        }
+    }
+
+    /// `accept` found no descriptor free (`e`): close hosted node `h`'s oldest stranger past
+    /// its grace, at once, so that the connection next in the backlog gets its descriptor.
+    /// Whether one was closed.
+    pub(super) fn make_room(&mut self, h: usize, e: &std::io::Error) -> Result<bool, EngineError> {
+        if !super::accept::out_of_descriptors(e) {
+            return Ok(false);
+        }
+        let Some((slot, age)) = self.overdue_stranger(h) else {
+            return Ok(false);
+        };
+        let why = format!(
+            "crowded out: no handshake in {} ms, and no descriptor free ({e})",
+            age.as_millis()
+        );
+        self.close(slot, why)?;
+        self.bury_lost(Ending::Close, 1);
+        Ok(true)
+    }
+
+    /// Hosted node `h`'s oldest stranger if it has waited past its grace, and how long.
+    fn overdue_stranger(&mut self, h: usize) -> Option<(usize, Duration)> {
+        let now = self.now();
+        let grace = grace(self.cfg.handshake_timeout);
+        let before = Time(now.0.saturating_sub(grace.as_nanos() as u64));
+        let conns = &self.conns;
+        let host = self.hosts.get_mut(h)?.as_mut()?;
+        let (slot, at) = host
+            .strangers
+            .overdue(before, |s, g| is_stranger(conns, h, s, g))?;
+        Some((slot, now.since(at)))
     }
 }
 
