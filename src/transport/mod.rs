@@ -402,7 +402,7 @@ where
     P::Msg: WireMsg,
 {
     /// Start `n` nodes; `make(i, ids)` builds node `i`'s protocol, on the reactor thread that
-    /// will run it (see [`start_reactor`]).
+    /// will run it (see `start_reactor`).
     pub fn start(
         n: usize,
         opts: NodeOptions,

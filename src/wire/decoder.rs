@@ -206,11 +206,11 @@ impl FrameDecoder {
     }
 
     /// Receive once from socket `fd` straight into the buffer: as much as the frame in
-    /// progress still needs, at least [`READ_CHUNK`], and all the room the buffer has beyond
+    /// progress still needs, at least `READ_CHUNK`, and all the room the buffer has beyond
     /// that. Returns the bytes read (0: end of stream) and whether that was less than asked
     /// for, i.e. the socket is drained for now.
     ///
-    /// The room matters for frames above [`READ_CHUNK`]: their header is not known before the
+    /// The room matters for frames above `READ_CHUNK`: their header is not known before the
     /// read, so asking only for the chunk took two receives per frame (16 and 32 KiB ping-pong:
     /// 1.20x the std peer's one-way p50, against 1.04-1.09x with one receive).
     ///

@@ -144,7 +144,7 @@ pub struct ReactorConfig {
     /// the pages instead of copying them, and reports when it is done with them).
     pub zerocopy_min: usize,
     /// How long a peer's kernel may stay silent before its connection fails (see
-    /// [`conn::bound_silence`]); `None` leaves the kernel's defaults.
+    /// `conn::bound_silence`); `None` leaves the kernel's defaults.
     pub dead_after: Option<Duration>,
     /// TCP congestion control of every connection ([`crate::engine::congestion`]); `None`
     /// leaves the system's default.
