@@ -77,14 +77,17 @@ fn ping_pong_over_ipv6_loopback() {
             tx.clone(),
         )
         .unwrap();
-        let _pinger = weft::transport::spawn(
+        let mut pinger = weft::transport::spawn(
             spec(NodeId(0), l0, (NodeId(1), a1)),
             &o,
-            PingPong::pinger(NodeId(1), sizes, 20, 0),
+            PingPong::pinger(NodeId(1), sizes.clone(), 20, 0).verifying(),
             tx,
         )
         .unwrap();
         wait_done(&rx, 20, &format!("{backend}: ping over IPv6"));
+        let pinger = pinger.stop().unwrap();
+        assert_eq!(pinger.samples().len(), 20 * sizes.len(), "{backend}");
+        assert_eq!(pinger.mismatches(), 0, "{backend}: an echo differed");
     }
 }
 
