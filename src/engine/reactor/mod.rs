@@ -785,13 +785,12 @@ where
         self.timers
             .set(Due::Handshake(slot), now + self.cfg.handshake_timeout);
         if dialed.is_none() {
+            // The newest stranger is never the one crowded out: it has not waited.
             self.stranger_arrived(h, slot, now);
+            self.crowd_out(h)?;
         }
         if !connecting {
             self.flush(slot)?;
-        }
-        if dialed.is_none() {
-            self.crowd_out(h)?;
         }
         Ok(Some(slot))
     }

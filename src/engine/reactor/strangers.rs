@@ -151,6 +151,7 @@ where
             age.as_millis()
         );
         self.close(slot, why)?;
+        // `close` put its socket last on the lost list: shut and free that one now.
         self.bury_lost(Ending::Close, 1);
         Ok(true)
     }
