@@ -496,6 +496,62 @@ fn strangers_past_the_bound_are_crowded_out_on(backend: Backend) {
     still_serves(c, key, opts_for(backend));
 }
 
+/// A spinning reactor whose every turn has work (here a protocol timer due each turn, as under
+/// a steady stream of messages) still closes the sockets of the connections it dropped: a
+/// refused stranger sees its connection end, instead of waiting for a turn without work that
+/// never comes.
+#[test]
+fn a_reactor_that_never_idles_still_closes_dropped_connections() {
+    for backend in BACKENDS {
+        let o = NodeOptions {
+            wait: WaitMode::Busy,
+            ..opts_for(backend)
+        };
+        let c = Cluster::start(1, o, |_, _| Restless).unwrap();
+        let mut s = TcpStream::connect(c.nodes[0].addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let seen = collect(&c.events, 5, |s| refusals(s, None, "") >= 1);
+        assert!(
+            refusals(&seen, None, "") >= 1,
+            "{backend}: garbage not refused: {seen:?}"
+        );
+        assert_closed(
+            &mut s,
+            &format!("{backend}: a stranger refused by a busy reactor"),
+        );
+        c.shutdown().unwrap();
+    }
+}
+
+/// Sets a timer for no time at all whenever one fires: its reactor has work on every turn.
+struct Restless;
+
+impl weft::proto::Protocol for Restless {
+    type Msg = weft::proto::ping::PingMsg;
+
+    fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
+        out.set_timer(weft::proto::TimerId(1), Duration::ZERO);
+    }
+
+    fn on_message(
+        &mut self,
+        _now: weft::proto::Time,
+        _from: NodeId,
+        _msg: Self::Msg,
+        _out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+    }
+
+    fn on_timer(
+        &mut self,
+        _now: weft::proto::Time,
+        timer: weft::proto::TimerId,
+        out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+        out.set_timer(timer, Duration::ZERO);
+    }
+}
+
 #[test]
 fn a_stopped_node_refuses_new_connections_on_both_backends() {
     for backend in BACKENDS {
