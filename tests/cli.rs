@@ -230,8 +230,7 @@ fn a_256_node_job_runs_under_the_default_descriptor_limit() {
         "1",
         "--json",
     ])
-    .env_remove("WEFT_BACKEND")
-    .env_remove("WEFT_URING_UNAVAILABLE");
+    .env_remove("WEFT_BACKEND");
     let debian = libc::rlimit {
         rlim_cur: 1024,
         rlim_max: hard.rlim_max,

@@ -122,14 +122,8 @@ pub fn choose_backend(requested: Option<Backend>) -> Result<Backend, EngineError
     }
 }
 
-/// Why io_uring cannot be used (`WEFT_URING_UNAVAILABLE` simulates a refusal, for tests), or
-/// `None`. Probed once per process.
+/// Why io_uring cannot be used, or `None`. Probed once per process.
 pub fn uring_unavailable() -> Option<String> {
-    if let Ok(why) = std::env::var("WEFT_URING_UNAVAILABLE") {
-        if !why.is_empty() {
-            return Some(format!("simulated: {why}"));
-        }
-    }
     static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     PROBE.get_or_init(uring::unavailable).clone()
 }

@@ -1,25 +1,30 @@
 //! Helpers the integration tests share: run the real `weft` binary, get a scratch dir, wait
 //! for what in-process nodes report ([`events`]), check that a node still serves
-//! ([`serving`]), shake hands by hand ([`handshake`]).
+//! ([`serving`]), shake hands by hand ([`handshake`]), refuse a child io_uring with a real
+//! seccomp filter ([`seccomp`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
 pub mod handshake;
+pub mod seccomp;
 pub mod serving;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// Run `weft` with `args`, the variables in `env` set and the backend variables cleared.
-pub fn weft_env(env: &[(&str, &str)], args: &[&str]) -> Output {
+/// The `weft` binary with `args`, the variables in `env` set and `WEFT_BACKEND` cleared.
+pub fn weft_command(env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
-    c.args(args)
-        .env_remove("WEFT_BACKEND")
-        .env_remove("WEFT_URING_UNAVAILABLE");
+    c.args(args).env_remove("WEFT_BACKEND");
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().expect("run weft")
+    c
+}
+
+/// Run `weft` with `args`, the variables in `env` set and `WEFT_BACKEND` cleared.
+pub fn weft_env(env: &[(&str, &str)], args: &[&str]) -> Output {
+    weft_command(env, args).output().expect("run weft")
 }
 
 /// Run `weft` with `args`.
