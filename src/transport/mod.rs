@@ -18,7 +18,7 @@ pub mod process;
 pub mod relay;
 pub mod stabilize;
 
-use crate::engine::reactor::{Command, HostSpec, NodeEvent, Reactor, ReactorConfig, WAKER};
+use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
 use crate::proto::Protocol;
 use crate::wire::frame::DEFAULT_MAX_BODY;
@@ -326,7 +326,7 @@ where
                 retire,
             })
             .collect();
-        match Reactor::new(cfg, poll, hosts, rx, events) {
+        match Started::new(cfg, poll, hosts, rx, events) {
             Ok(reactor) => {
                 let _ = ready.send(None);
                 reactor.run()

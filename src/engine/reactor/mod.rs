@@ -11,6 +11,7 @@
 //! connection that fails (refused, reset, closed, or a frame that does not check) is closed
 //! alone; if its peer was known, the protocol hears `on_suspect(peer)`.
 //!
+//! The two backends stand behind one trait (`Driver`), and the reactor is compiled for each.
 //! On the io_uring backend everything goes through the ring: accepts, connects, receives and
 //! sends (a gather `sendmsg`, zero-copy above [`ReactorConfig::zerocopy_min`]); epoll only
 //! watches the ring's eventfd and the waker, so a blocked reactor wakes for either. On the poll
@@ -25,30 +26,33 @@
 //! one A/B sitting). That includes large frames: handing their rest back to the ring, for one
 //! receive straight into the frame, measured slower (1 MiB: 1.21× against 1.08×).
 //!
-//! Files: this one has the loop, the hosted nodes, connections' life and the readiness path;
-//! `ring.rs` the io_uring completions; `conn.rs` a connection and an io_uring send;
-//! `accept.rs` what a failed accept means; `strangers.rs` which unauthenticated connection
-//! makes room when they crowd a node.
+//! Files: this one has the loop, the hosted nodes and connections' life; `driver.rs` the
+//! trait both backends stand behind, `epoll.rs` the readiness backend and `ring.rs` the
+//! io_uring one; `conn.rs` a connection and an io_uring send; `accept.rs` what a failed accept
+//! means; `strangers.rs` which unauthenticated connection makes room when they crowd a node.
 
 mod accept;
 mod conn;
+mod driver;
+mod epoll;
 mod ring;
 mod strangers;
 
 use super::clock::Clock;
 use super::timers::Timers;
-use super::uring::Uring;
 use super::{Backend, EngineError, WaitMode, SPIN};
 use crate::id::IdMap;
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::{Handshake, Identity, Role, MAX_HANDSHAKE_BODY};
 use crate::wire::{FrameDecoder, Kind, Msg, SendQueue, WireMsg};
 use crate::NodeId;
-use accept::{AcceptFailure, ACCEPT_RETRY};
-use conn::{reset, Conn, Ending, SendOp, MAX_IOV};
+use accept::ACCEPT_RETRY;
+use conn::{reset, Conn, Ending};
+use driver::Driver;
+use epoll::Epoll;
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
-use ring::{live, tag, DIRECT_MIN, GEN_MASK, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_SHIFT};
+use mio::{Events, Poll, Token};
+use ring::{live, Ring, GEN_MASK};
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -65,14 +69,6 @@ const FIRST_CONN: usize = 2;
 /// Recently active connections a spinning reactor reads directly.
 const HOT_MAX: usize = 8;
 
-/// io_uring: a turn's first send of at most this many bytes is written directly. Measured
-/// (per-round ratios to the std peer, busy): through the ring, 4 KiB payloads (4 144-byte
-/// frames) were 1.17x against 1.06x direct, 16 KiB 1.13x against 1.07x, 256 KiB 1.09x
-/// against 1.02x; 512 KiB came out alike (1.07x); 1 MiB was better through the ring (1.09x
-/// direct against 1.06x; adaptive 1.16x against 1.10x). A frame is its payload plus about
-/// 40 bytes, so the cap sits between the payload sizes, not on one.
-const DIRECT_SEND_MAX: usize = 768 * 1024;
-
 /// Lost connections an idle reactor shuts down per turn (each costs a FIN exchange, ~25 µs
 /// here).
 const BURY_PER_TURN: usize = 2;
@@ -87,15 +83,6 @@ const ADAPTIVE_CHECK: u32 = 16;
 
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
-
-/// Poll backend: have epoll report `slot`'s socket, readable and writable, edge-triggered.
-fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::Result<()> {
-    poll.registry().register(
-        stream,
-        Token(slot + FIRST_CONN),
-        Interest::READABLE | Interest::WRITABLE,
-    )
-}
 
 /// Orders from outside the reactor.
 #[derive(Debug)]
@@ -208,8 +195,9 @@ enum Due {
     Listener(usize),
 }
 
-/// The event loop of one thread and the nodes it hosts.
-pub struct Reactor<P: Protocol> {
+/// The event loop of one thread and the nodes it hosts, doing its I/O through `D` (see
+/// `driver.rs`).
+struct Reactor<P: Protocol, D> {
     cfg: ReactorConfig,
     poll: Poll,
     hosts: Vec<Option<Host<P>>>,
@@ -227,40 +215,33 @@ pub struct Reactor<P: Protocol> {
     /// Received messages: (hosted node, sender, message).
     inbox: Vec<(usize, NodeId, P::Msg)>,
     stop: bool,
-    /// Declared before the tables below: dropping it waits for the kernel to let go of every
-    /// request, and only then are the buffers those requests use dropped.
-    uring: Option<Uring>,
+    /// The backend's own state. Dropped after the connections (their sockets close first)
+    /// and, for a ring, before the buffers its requests use (see [`Ring`]).
+    io: D,
     generation: u32,
-    /// io_uring sends in flight, by id (they outlive their connection if it closes first).
-    sends: IdMap<u64, Box<SendOp>>,
-    next_send: u64,
-    /// io_uring connects in flight: the address each was given, kept until it completes.
-    connects: IdMap<u64, Box<socket2::SockAddr>>,
-    /// io_uring receives straight into decoders in flight: the room each was lent.
-    lent: IdMap<u64, crate::wire::decoder::Lent>,
-    /// Finished send records, reused. Boxed because an op in flight must not move, and a
-    /// reused box goes back into `sends` without a new allocation.
-    #[allow(clippy::vec_box)]
-    spare_sends: Vec<Box<SendOp>>,
-    /// Scratch lists of `uring_step`: connections that received bytes, receives to re-arm.
-    touched: Vec<(usize, u32)>,
-    rearm: Vec<(usize, u32)>,
     /// The connections that received most recently, which a spinning reactor reads itself
     /// (see `read_hot`). On io_uring they have no ring receive armed meanwhile.
     hot: Vec<(usize, u32)>,
     /// This turn spins (busy, or adaptive shortly after work).
     spinning: bool,
-    /// Poll backend: some hot connection may be out of epoll (see [`Conn::watched`]).
-    unwatched: bool,
-    /// io_uring: this turn has sent once without the ring (see `push_out`).
-    sent_direct: bool,
     /// Sockets of connections that ended, not yet shut down (see [`Self::close`]).
     lost: Vec<TcpStream>,
     /// Turns since lost sockets were last shut down, counted while some wait.
     lost_waited: u32,
 }
 
-impl<P: Protocol> Reactor<P>
+/// A reactor set up on the calling thread for `cfg.backend`, ready to [`run`](Self::run).
+pub struct Started<P: Protocol>(Either<P>);
+
+/// The reactor of one backend or the other, each compiled for its own. One per reactor
+/// thread, moved once into its `run`: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Either<P: Protocol> {
+    Poll(Reactor<P, Epoll>),
+    Uring(Reactor<P, Ring>),
+}
+
+impl<P: Protocol> Started<P>
 where
     P::Msg: WireMsg,
 {
@@ -273,47 +254,39 @@ where
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
     ) -> Result<Self, EngineError> {
-        let mut uring = match cfg.backend {
-            Backend::Uring => {
-                let (count, size) = cfg.recv_buffers;
-                if !count.is_power_of_two() || size == 0 {
-                    return Err(EngineError::Config(format!(
-                        "{count} receive buffers of {size} bytes: need a power of two of non-empty buffers"
-                    )));
-                }
-                let mut u = Uring::new(256, count, size)?;
-                // A multishot receive that runs on into a large frame copies it through the
-                // provided buffers; ending it after DIRECT_MIN bytes lets the rest of the
-                // frame go straight into its buffer (see `arm_receive`).
-                u.set_recv_limit(Some(DIRECT_MIN as u32));
-                poll.registry().register(
-                    &mut mio::unix::SourceFd(&u.fd()),
-                    RING,
-                    Interest::READABLE,
-                )?;
-                Some(u)
-            }
-            Backend::Poll => None,
-        };
+        Ok(Self(match cfg.backend {
+            Backend::Poll => Either::Poll(Reactor::new(cfg, poll, hosts, commands, events)?),
+            Backend::Uring => Either::Uring(Reactor::new(cfg, poll, hosts, commands, events)?),
+        }))
+    }
+
+    /// Run until [`Command::Stop`]; every node's protocol goes back through its `retire`.
+    pub fn run(self) -> Result<(), EngineError> {
+        match self.0 {
+            Either::Poll(r) => r.run(),
+            Either::Uring(r) => r.run(),
+        }
+    }
+}
+
+impl<P: Protocol, D: Driver<P>> Reactor<P, D>
+where
+    P::Msg: WireMsg,
+{
+    fn new(
+        cfg: ReactorConfig,
+        poll: Poll,
+        hosts: Vec<HostSpec<P>>,
+        commands: Receiver<Command>,
+        events: Sender<(NodeId, NodeEvent)>,
+    ) -> Result<Self, EngineError> {
+        let mut io = D::new(&cfg, &poll)?;
         let mut hosted = Vec::with_capacity(hosts.len());
         let mut by_id = IdMap::default();
         for (h, spec) in hosts.into_iter().enumerate() {
             spec.listener.set_nonblocking(true)?;
             let mut listener = TcpListener::from_std(spec.listener);
-            // io_uring accepts through the ring; epoll watches the listener otherwise.
-            match &mut uring {
-                Some(u) => {
-                    use std::os::fd::AsRawFd;
-                    u.arm_accept(listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
-                }
-                None => {
-                    poll.registry().register(
-                        &mut listener,
-                        Token(LISTENERS + h),
-                        Interest::READABLE,
-                    )?;
-                }
-            }
+            io.listen(&poll, &mut listener, h)?;
             by_id.insert(spec.identity.node_id, h);
             hosted.push(Some(Host {
                 identity: spec.identity,
@@ -341,19 +314,10 @@ where
             events,
             inbox: Vec::new(),
             stop: false,
-            uring,
+            io,
             generation: 0,
-            sends: IdMap::default(),
-            next_send: 0,
-            connects: IdMap::default(),
-            spare_sends: Vec::new(),
-            lent: IdMap::default(),
-            touched: Vec::new(),
-            rearm: Vec::new(),
             hot: Vec::new(),
             spinning: false,
-            unwatched: false,
-            sent_direct: false,
             lost: Vec::new(),
             lost_waited: 0,
         })
@@ -378,7 +342,7 @@ where
     }
 
     /// Run until [`Command::Stop`]; every node's protocol goes back through its `retire`.
-    pub fn run(mut self) -> Result<(), EngineError> {
+    fn run(mut self) -> Result<(), EngineError> {
         let now = self.now();
         for h in 0..self.hosts.len() {
             if let Some(host) = self.hosts[h].as_mut() {
@@ -401,12 +365,7 @@ where
         while !self.stop {
             // Whether this turn found work.
             let mut active = false;
-            self.sent_direct = false;
-            // What the last turn queued in the ring (sends, connects, re-armed receives) goes
-            // out in one submission, before any wait.
-            if let Some(u) = self.uring.as_mut() {
-                u.submit_pending()?;
-            }
+            D::turn_start(&mut self)?;
             let spinning = match self.cfg.wait {
                 WaitMode::Busy => true,
                 WaitMode::Adaptive => {
@@ -423,42 +382,23 @@ where
                 }
                 WaitMode::Block => false,
             };
-            // A spinning reactor looks beyond its hot connections every so many turns. Poll
-            // asks epoll (other connections, accepts, commands) after about 32 direct reads.
-            // io_uring watches its completion queue (shared memory, no syscall) and never asks
-            // epoll while spinning: epoll only watches the commands' waker and the ring's
-            // eventfd, which is off meanwhile. It reads the command channel itself every 32nd
-            // turn (an `epoll_wait` there was 18% of a spinning reactor's time).
+            // A spinning reactor looks beyond its hot connections every so many turns (see
+            // each driver's `look_every`): other connections, accepts, commands.
             // A countdown, not a remainder: two divisions a turn were a visible part of it.
             until_look = until_look.saturating_sub(1);
-            let look = until_look == 0 || (self.uring.is_none() && self.hot.is_empty());
+            let look = until_look == 0 || D::must_look(self.hot.len());
             if look {
-                until_look = match (&self.uring, self.hot.len()) {
-                    (Some(_), _) => 32,
-                    (None, 0) => 1,
-                    (None, hot) => (32 / hot).max(1) as u32,
-                };
+                until_look = D::look_every(self.hot.len());
             }
-            let ask_epoll = !spinning || (self.uring.is_none() && look);
-            if spinning && self.uring.is_some() && look {
-                self.commands()?;
-                if self.burial_due(idle) {
-                    self.bury_lost(Ending::Close, BURY_PER_TURN);
-                }
-            }
+            let ask_epoll = D::asks_epoll(spinning, look);
             self.spinning = spinning;
-            if !spinning {
-                self.cool_hot()?;
-            } else if self.uring.is_none() {
-                // io_uring reads its hot connections after the completions (below).
-                active |= self.read_hot()?;
-                self.unwatch_hot();
-            }
-            if let Some(u) = self.uring.as_mut() {
-                u.set_wakeups(!spinning);
+            if spinning {
+                active |= D::spin(&mut self, look, idle)?;
+            } else {
+                D::before_block(&mut self)?;
             }
             if ask_epoll {
-                let mut timeout = if spinning || self.uring.as_mut().is_some_and(|u| u.has_work()) {
+                let mut timeout = if spinning || self.io.has_work() {
                     Some(Duration::ZERO)
                 } else {
                     let now = self.now();
@@ -480,17 +420,11 @@ where
             } else {
                 events.clear();
             }
-            active |= self.uring_step()?;
-            // After the completions: a finished send lets go of the receive buffer its payload
-            // shared, which the direct read can then reuse (read before, a large frame found it
-            // still shared and took fresh memory: a page fault per 4 KiB of every message).
-            if spinning && self.uring.is_some() {
-                active |= self.read_hot()?;
-            }
+            active |= D::after_wait(&mut self, spinning)?;
             // Work, for adaptive waiting, is what an event brought, not the event: registering a
             // connection again (a poll reactor about to block) reports it writable at once, and
             // counting that kept an idle adaptive reactor spinning for good. The ring's event
-            // is counted by `uring_step`, which takes its completions.
+            // is counted by `after_wait`, which takes its completions.
             for ev in events.iter() {
                 active |= match ev.token() {
                     WAKER => {
@@ -498,12 +432,9 @@ where
                         true
                     }
                     RING => false,
-                    Token(t) if t >= LISTENERS => {
-                        self.accept(t - LISTENERS)?;
-                        true
-                    }
-                    Token(t) => self.service(
-                        t - FIRST_CONN,
+                    Token(t) => D::on_event(
+                        &mut self,
+                        t,
                         ev.is_readable(),
                         ev.is_writable(),
                         ev.is_error(),
@@ -540,11 +471,8 @@ where
             self.stop_node(h, Ending::Reset);
         }
         self.bury_lost(Ending::Reset, usize::MAX);
-        // The sockets are reset; wait for the ring to let go of every buffer it was given
-        // (the send table and the provided buffers are freed after this).
-        if let Some(u) = self.uring.as_mut() {
-            u.cancel_all(Duration::from_secs(1));
-        }
+        // The sockets are reset; wait for the kernel to let go of every buffer it was given.
+        self.io.finish();
         Ok(())
     }
 
@@ -571,17 +499,10 @@ where
 
     /// Hosted node `h`'s listener has rested: accept again.
     fn wake_listener(&mut self, h: usize) -> Result<(), EngineError> {
-        let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
-            return Ok(());
-        };
-        match self.uring.as_mut() {
-            Some(u) => {
-                use std::os::fd::AsRawFd;
-                u.arm_accept(host.listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
-                Ok(())
-            }
-            None => self.accept(h),
+        if self.hosts.get(h).is_some_and(|x| x.is_some()) {
+            D::listen_again(self, h)?;
         }
+        Ok(())
     }
 
     /// The connection in `slot` has not authenticated in time: close it.
@@ -633,13 +554,10 @@ where
         // An armed io_uring accept holds the listener open; shutting it down ends the request
         // and stops the socket listening now, so dialers are refused as by a dead process.
         let _ = socket2::SockRef::from(&host.listener).shutdown(std::net::Shutdown::Both);
-        let registered = self.uring.is_none();
         for (i, slot) in self.conns.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|c| c.host == h) {
                 if let Some(mut conn) = slot.take() {
-                    if registered {
-                        let _ = self.poll.registry().deregister(&mut conn.stream);
-                    }
+                    self.io.forget(&self.poll, &mut conn.stream);
                     match ending {
                         Ending::Close => {
                             let _ = conn.stream.shutdown(std::net::Shutdown::Both);
@@ -691,9 +609,7 @@ where
     /// same turn): another connection's stream, corrupted. So everything queued is submitted
     /// before any fd is closed; submitted requests hold their own reference to the socket.
     fn before_closing_fds(&mut self) {
-        if let Some(u) = self.uring.as_mut() {
-            let _ = u.submit_pending();
-        }
+        self.io.before_closing_fds();
     }
 
     /// Put `conn` in a slot and have the backend watch it (epoll) or receive on it (the
@@ -709,17 +625,7 @@ where
         let mut conn = conn;
         self.generation = (self.generation + 1) & GEN_MASK;
         conn.generation = self.generation;
-        let watched = match &mut self.uring {
-            // The ring receives (once connected) and sends; epoll never sees the socket.
-            Some(u) if !conn.connecting => {
-                use std::os::fd::AsRawFd;
-                u.arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, conn.generation))
-            }
-            Some(_) => Ok(()),
-            // ENOSPC past fs.epoll.max_user_watches, ENOMEM.
-            None => register_conn(&self.poll, &mut conn.stream, slot),
-        };
-        if let Err(e) = watched {
+        if let Err(e) = self.io.watch_new(&self.poll, &mut conn, slot) {
             self.free.push(slot);
             return Err(e);
         }
@@ -816,31 +722,6 @@ where
         Ok(Some(slot))
     }
 
-    fn accept(&mut self, h: usize) -> Result<(), EngineError> {
-        loop {
-            let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
-                return Ok(());
-            };
-            match host.listener.accept() {
-                Ok((stream, _)) => {
-                    self.accepted_one(h);
-                    self.open(h, stream, Role::Responder, None, false)?;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => match accept::classify(&e) {
-                    AcceptFailure::NextConnection => {}
-                    AcceptFailure::Rest => {
-                        if !self.make_room(h, &e)? {
-                            self.rest_listener(h, &e, true);
-                            return Ok(());
-                        }
-                    }
-                },
-            }
-        }
-    }
-
     /// Hosted node `h` accepted a connection: a failure reported earlier is over.
     fn accepted_one(&mut self, h: usize) {
         if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
@@ -862,9 +743,7 @@ where
         self.free.push(slot);
         self.timers.cancel(Due::Handshake(slot));
         let h = conn.host;
-        if self.uring.is_none() {
-            let _ = self.poll.registry().deregister(&mut conn.stream);
-        }
+        self.io.forget(&self.poll, &mut conn.stream);
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         if !authenticated && conn.dialed.is_none() {
             if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
@@ -899,43 +778,7 @@ where
         carried_out
     }
 
-    /// An epoll event on a connection. The socket's pending error is asked for (a
-    /// `getsockopt`) only when epoll flags one, as for a refused dial: every ACK of a send
-    /// makes the socket writable again, and that must not cost a syscall.
-    fn service(
-        &mut self,
-        slot: usize,
-        readable: bool,
-        writable: bool,
-        error: bool,
-    ) -> Result<bool, EngineError> {
-        // Whether the event brought work: data, an error, or room for queued bytes.
-        let mut work = readable || error;
-        if writable || error {
-            let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
-                return Ok(false);
-            };
-            work |= !conn.out.is_empty();
-            let pending = error
-                .then(|| conn.stream.take_error().unwrap_or_else(Some))
-                .flatten();
-            let failed = match pending {
-                Some(e) => Some(e.to_string()),
-                None => conn.flush().err().map(|e| e.to_string()),
-            };
-            if let Some(why) = failed {
-                return self.close(slot, why).map(|()| true);
-            }
-        }
-        if readable {
-            if let Err(why) = self.read(slot) {
-                return self.close(slot, why).map(|()| true);
-            }
-        }
-        Ok(work)
-    }
-
-    /// Read everything available (epoll path), then process the frames.
+    /// Read everything the socket has (readiness, or a hot connection), then cut the frames.
     fn read(&mut self, slot: usize) -> Result<bool, String> {
         let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
             return Ok(false);
@@ -973,6 +816,14 @@ where
         Ok(got)
     }
 
+    /// The generation of the connection in `slot`, if one is open there.
+    fn generation_of(&self, slot: usize) -> Option<u32> {
+        self.conns
+            .get(slot)
+            .and_then(|c| c.as_ref())
+            .map(|c| c.generation)
+    }
+
     /// Add `slot` to the hot connections, making room by cooling the oldest.
     fn heat(&mut self, slot: usize, generation: u32) -> Result<(), EngineError> {
         if self.hot.contains(&(slot, generation)) {
@@ -994,33 +845,10 @@ where
         if self.generation_of(slot) != Some(generation) {
             return Ok(());
         }
-        let done = match self.uring {
-            Some(_) => self.arm_receive(slot),
-            None => self.watch(slot),
-        };
-        match done {
+        match D::resume(self, slot) {
             Ok(()) => Ok(()),
             Err(e) => self.close(slot, e.to_string()),
         }
-    }
-
-    /// About to block: every hot connection is watched by epoll again (poll; they stay hot),
-    /// or received on by the ring again, armed and submitted before the wait (io_uring).
-    fn cool_hot(&mut self) -> Result<(), EngineError> {
-        if self.uring.is_some() {
-            for (slot, generation) in std::mem::take(&mut self.hot) {
-                self.cool(slot, generation)?;
-            }
-            if let Some(u) = self.uring.as_mut() {
-                u.submit_pending()?;
-            }
-        } else if std::mem::take(&mut self.unwatched) {
-            for i in 0..self.hot.len() {
-                let (slot, generation) = self.hot[i];
-                self.cool(slot, generation)?;
-            }
-        }
-        Ok(())
     }
 
     /// Spinning: read the connections that received last, directly, as a busy-polling loop
@@ -1041,45 +869,10 @@ where
                 Ok(got) => any |= got,
                 Err(why) => self.close(slot, why)?,
             }
-            // poll: what the socket did not take is offered again every turn, as a spinning
-            // writer would, not when epoll is next asked (every 32nd turn).
-            let unsent = self.conns.get(slot).and_then(|c| c.as_ref());
-            if self.uring.is_none() && unsent.is_some_and(|c| !c.out.is_empty()) {
-                self.flush(slot)?;
-            }
+            D::after_hot_read(self, slot)?;
             i += 1;
         }
         Ok(any)
-    }
-
-    /// Poll backend, spinning: take the hot connections that have nothing left to send out
-    /// of epoll (see [`Conn::watched`]); [`Self::read_hot`] reads them every turn, which sees
-    /// data, the end of the stream and errors alike.
-    fn unwatch_hot(&mut self) {
-        for i in 0..self.hot.len() {
-            let (slot, generation) = self.hot[i];
-            let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
-                continue;
-            };
-            if conn.generation == generation && conn.watched && conn.out.is_empty() {
-                conn.watched = self.poll.registry().deregister(&mut conn.stream).is_err();
-                self.unwatched |= !conn.watched;
-            }
-        }
-    }
-
-    /// Poll backend: have epoll watch `slot` again (a reactor about to block, a connection
-    /// no longer hot). Registering reports readiness that is already there, so nothing that
-    /// arrived while unwatched is missed.
-    fn watch(&mut self, slot: usize) -> std::io::Result<()> {
-        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
-            return Ok(());
-        };
-        if !conn.watched {
-            register_conn(&self.poll, &mut conn.stream, slot)?;
-            conn.watched = true;
-        }
-        Ok(())
     }
 
     /// Turn complete frames into handshake steps or messages.
@@ -1132,68 +925,10 @@ where
         Ok(())
     }
 
-    /// Start writing what `slot` has queued: a `writev` now (poll), or a send handed to the
-    /// ring unless one is in flight (io_uring). An error is the connection's.
+    /// Start writing what `slot` has queued (see [`Driver::push_out`]). An error is the
+    /// connection's.
     fn push_out(&mut self, slot: usize) -> Result<(), String> {
-        let Some(conn) = self.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
-            return Ok(());
-        };
-        let Some(u) = self.uring.as_mut() else {
-            conn.flush().map_err(|e| e.to_string())?;
-            // What the socket did not take waits for its writable edge: epoll must watch.
-            if !conn.out.is_empty() {
-                self.watch(slot).map_err(|e| e.to_string())?;
-            }
-            return Ok(());
-        };
-        if conn.connecting || conn.sending || conn.out.is_empty() {
-            return Ok(());
-        }
-        // A turn's first send, unless large, goes out at once with a plain `writev`: a
-        // request and its answer then cost no ring submission, no completion and no send
-        // record, and do not wait for the next turn's submission. The turn's other sends
-        // still go through the ring in one submission (a fan-out keeps its batching). What
-        // the socket does not take goes through the ring as before.
-        if !self.sent_direct && conn.out.len() <= DIRECT_SEND_MAX {
-            self.sent_direct = true;
-            conn.flush().map_err(|e| e.to_string())?;
-            if conn.out.is_empty() {
-                return Ok(());
-            }
-        }
-        let mut op = self.spare_sends.pop().unwrap_or_else(|| {
-            Box::new(SendOp {
-                slot,
-                generation: 0,
-                chunks: Vec::new(),
-                iov: Vec::new(),
-                // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
-                hdr: unsafe { std::mem::zeroed() },
-            })
-        });
-        op.slot = slot;
-        op.generation = conn.generation;
-        conn.out.take(&mut op.chunks, MAX_IOV);
-        op.prepare();
-        let zerocopy = op.len() >= self.cfg.zerocopy_min;
-        self.next_send = (self.next_send + 1) & ((1 << OP_SHIFT) - 1);
-        let id = self.next_send;
-        use std::os::fd::AsRawFd;
-        // SAFETY: the op is boxed (its header, iovecs and chunks do not move) and stays in
-        // `sends`, unchanged, until its last completion; `cancel_all` waits for that before
-        // the reactor drops the table.
-        unsafe {
-            u.send_msg(
-                conn.stream.as_raw_fd(),
-                &op.hdr,
-                zerocopy,
-                OP_SEND << OP_SHIFT | id,
-            )
-        }
-        .map_err(|e| format!("io_uring send: {e}"))?;
-        conn.sending = true;
-        self.sends.insert(id, op);
-        Ok(())
+        D::push_out(self, slot)
     }
 
     /// [`Self::push_out`], closing the connection if it fails.
@@ -1302,8 +1037,7 @@ where
             self.emit(h, NodeEvent::Refused(format!("no address for {to}")));
             return Ok(None);
         };
-        let connecting = self.uring.is_some();
-        let stream = match self.connect_socket(addr) {
+        let (stream, connecting) = match D::dial_socket(addr) {
             Ok(s) => s,
             Err(e) => {
                 self.not_opened(h, Some(to), format!("connect {addr}: {e}"));
@@ -1313,47 +1047,12 @@ where
         let Some(slot) = self.open(h, stream, Role::Initiator, Some(to), connecting)? else {
             return Ok(None);
         };
-        if let (Some(u), Some(conn)) = (
-            self.uring.as_mut(),
-            self.conns.get(slot).and_then(|c| c.as_ref()),
-        ) {
-            use std::os::fd::AsRawFd;
-            let tagged = tag(OP_CONNECT, slot, conn.generation);
-            let sa = Box::new(socket2::SockAddr::from(addr));
-            // SAFETY: the address is boxed and kept in `connects` until the connect completes
-            // (`cancel_all` waits for that before the reactor drops the table).
-            let queued = unsafe {
-                u.connect(
-                    conn.stream.as_raw_fd(),
-                    sa.as_ptr().cast(),
-                    sa.len(),
-                    tagged,
-                )
-            };
-            if let Err(e) = queued {
-                self.close(slot, format!("connect {addr}: {e}"))?;
-                return Ok(None);
-            }
-            self.connects.insert(tagged, sa);
+        if !D::connect(self, slot, addr)? {
+            return Ok(None);
         }
         if let Some(host) = self.hosts[h].as_mut() {
             host.route.insert(to, slot);
         }
         Ok(Some(slot))
-    }
-
-    /// A socket for a dial: on poll, a non-blocking `connect` already under way (epoll says
-    /// when it is done); on io_uring, a bare socket the ring will connect.
-    fn connect_socket(&self, addr: SocketAddr) -> std::io::Result<TcpStream> {
-        if self.uring.is_none() {
-            return TcpStream::connect(addr);
-        }
-        let sock = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::STREAM,
-            Some(socket2::Protocol::TCP),
-        )?;
-        sock.set_nonblocking(true)?;
-        Ok(TcpStream::from_std(sock.into()))
     }
 }

@@ -17,6 +17,7 @@
 //! or when `accept` finds no descriptor free.
 
 use super::conn::{Conn, Ending};
+use super::driver::Driver;
 use super::{EngineError, Reactor};
 use crate::proto::{Protocol, Time};
 use crate::wire::WireMsg;
@@ -99,7 +100,7 @@ fn is_stranger(conns: &[Option<Conn>], h: usize, slot: usize, generation: u32) -
         .is_some_and(|c| c.host == h && c.generation == generation && c.peer.is_none())
 }
 
-impl<P: Protocol> Reactor<P>
+impl<P: Protocol, D: Driver<P>> Reactor<P, D>
 where
     P::Msg: WireMsg,
 {
