@@ -479,7 +479,7 @@ where
     /// The listener of hosted node `h` could not accept (`e`, see [`AcceptFailure::Rest`]):
     /// report it unless already reported, and, if `retry`, accept again after
     /// [`ACCEPT_RETRY`] (io_uring: when its multishot accept has ended).
-    fn rest_listener(&mut self, h: usize, e: &std::io::Error, retry: bool) {
+    pub(super) fn rest_listener(&mut self, h: usize, e: &std::io::Error, retry: bool) {
         let at = self.now() + ACCEPT_RETRY;
         let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
             return;
@@ -636,7 +636,7 @@ where
     /// Hosted node `h` could not open a connection (`why`): a dial's peer is suspected, as
     /// when the connect itself fails; an accepted stranger's is refused. Either way the
     /// reactor and its other connections go on.
-    fn not_opened(&mut self, h: usize, dialed: Option<NodeId>, why: String) {
+    pub(super) fn not_opened(&mut self, h: usize, dialed: Option<NodeId>, why: String) {
         let Some(to) = dialed else {
             self.emit(h, NodeEvent::Refused(why));
             return;

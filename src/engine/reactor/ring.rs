@@ -126,10 +126,14 @@ where
             .arm_accept(listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)
     }
 
+    /// A multishot accept again; one the ring will not take rests the listener.
     fn listen_again(r: &mut Reactor<P, Self>, h: usize) -> Result<(), EngineError> {
-        if let Some(host) = r.hosts.get(h).and_then(|x| x.as_ref()) {
-            r.io.ring
-                .arm_accept(host.listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)?;
+        let Some(host) = r.hosts.get(h).and_then(|x| x.as_ref()) else {
+            return Ok(());
+        };
+        let fd = host.listener.as_raw_fd();
+        if let Err(e) = r.io.ring.arm_accept(fd, OP_ACCEPT << OP_SHIFT | h as u64) {
+            r.rest_listener(h, &e, true);
         }
         Ok(())
     }
@@ -354,8 +358,12 @@ where
             let stream = unsafe { std::net::TcpStream::from_raw_fd(raw) };
             if alive {
                 self.accepted_one(h);
-                stream.set_nonblocking(true)?;
-                self.open(h, TcpStream::from_std(stream), Role::Responder, None, false)?;
+                match stream.set_nonblocking(true) {
+                    Ok(()) => {
+                        self.open(h, TcpStream::from_std(stream), Role::Responder, None, false)?;
+                    }
+                    Err(e) => self.not_opened(h, None, format!("socket options: {e}")),
+                }
             }
         } else if raw != -libc::ECANCELED && alive {
             let e = std::io::Error::from_raw_os_error(-raw);
@@ -368,12 +376,7 @@ where
             }
         }
         if !more && alive {
-            if let Some(host) = self.hosts[h].as_ref() {
-                let fd = host.listener.as_raw_fd();
-                self.io
-                    .ring
-                    .arm_accept(fd, OP_ACCEPT << OP_SHIFT | h as u64)?;
-            }
+            <Ring as Driver<P>>::listen_again(self, h)?;
         }
         Ok(())
     }
@@ -437,9 +440,14 @@ where
             return self.close(slot, format!("connect {to:?}: {e}"));
         }
         conn.connecting = false;
-        self.io
+        let armed = self
+            .io
             .ring
-            .arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, generation))?;
+            .arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, generation));
+        if let Err(e) = armed {
+            // The connection's failure, not the reactor's (as in `insert`).
+            return self.close(slot, format!("receive: {e}"));
+        }
         self.flush(slot)
     }
 
