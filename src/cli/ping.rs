@@ -22,8 +22,9 @@ pub struct PingArgs {
     /// I/O backend (default: automatic, or WEFT_BACKEND).
     #[arg(long, value_enum)]
     backend: Option<Backend>,
-    /// How reactors wait.
-    #[arg(long, value_enum, default_value_t = WaitMode::Busy)]
+    /// How reactors wait. Adaptive by default: busy-like latency while messages flow, and a
+    /// reactor that blocks once they stop (busy is the mode the std peer runs in).
+    #[arg(long, value_enum, default_value_t = WaitMode::Adaptive)]
     wait: WaitMode,
     /// io_uring sends of at least this many bytes are zero-copy (SENDMSG_ZC).
     #[arg(long, default_value_t = weft::transport::ZEROCOPY_MIN)]

@@ -28,12 +28,13 @@ pub enum WaitMode {
     /// Sleep in the kernel until an event or a timer: no CPU when idle, a wake-up costs ~50 µs
     /// on this VM.
     Block,
-    /// Spin for [`SPIN`] after the last event, then block: busy-like latency under load, idle
-    /// when idle.
+    /// Spin for 200 µs (`SPIN`) after the last event, then block: busy-like latency under
+    /// load, idle when idle.
     Adaptive,
 }
 
-/// How long an adaptive reactor keeps spinning after its last event.
+/// How long an adaptive reactor keeps spinning after its last event ([`WaitMode::Adaptive`]'s
+/// help, which clap prints, says the number).
 pub const SPIN: Duration = Duration::from_micros(200);
 
 impl fmt::Display for WaitMode {
