@@ -191,7 +191,7 @@ enum Due {
     /// The connection in this slot must have authenticated by now
     /// ([`ReactorConfig::handshake_timeout`]); cancelled when it does, or closes.
     Handshake(usize),
-    /// Hosted node `h`'s listener has rested long enough ([`AcceptFailure::Rest`]).
+    /// Hosted node `h`'s listener has rested long enough ([`accept::AcceptFailure::Rest`]).
     Listener(usize),
 }
 
@@ -476,7 +476,7 @@ where
         Ok(())
     }
 
-    /// The listener of hosted node `h` could not accept (`e`, see [`AcceptFailure::Rest`]):
+    /// The listener of hosted node `h` could not accept (`e`, see [`accept::AcceptFailure::Rest`]):
     /// report it unless already reported, and, if `retry`, accept again after
     /// [`ACCEPT_RETRY`] (io_uring: when its multishot accept has ended).
     pub(super) fn rest_listener(&mut self, h: usize, e: &std::io::Error, retry: bool) {
