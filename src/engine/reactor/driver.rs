@@ -79,9 +79,6 @@ where
     /// The connection in `slot` is no longer read by the reactor itself.
     fn resume(r: &mut Reactor<P, Self>, slot: usize) -> std::io::Result<()>;
 
-    /// Every hot connection is watched again, before the reactor blocks.
-    fn cool_hot(r: &mut Reactor<P, Self>) -> Result<(), EngineError>;
-
     /// After a spinning reactor read the hot connection in `slot` itself.
     fn after_hot_read(r: &mut Reactor<P, Self>, slot: usize) -> Result<(), EngineError>;
 

@@ -72,8 +72,15 @@ where
         Ok(active)
     }
 
+    /// Every hot connection is watched by epoll again; they stay hot.
     fn before_block(r: &mut Reactor<P, Self>) -> Result<(), EngineError> {
-        <Self as Driver<P>>::cool_hot(r)
+        if std::mem::take(&mut r.io.unwatched) {
+            for i in 0..r.hot.len() {
+                let (slot, generation) = r.hot[i];
+                r.cool(slot, generation)?;
+            }
+        }
+        Ok(())
     }
 
     fn has_work(&mut self) -> bool {
@@ -116,17 +123,6 @@ where
 
     fn resume(r: &mut Reactor<P, Self>, slot: usize) -> std::io::Result<()> {
         r.watch(slot)
-    }
-
-    /// Every hot connection is watched by epoll again; they stay hot.
-    fn cool_hot(r: &mut Reactor<P, Self>) -> Result<(), EngineError> {
-        if std::mem::take(&mut r.io.unwatched) {
-            for i in 0..r.hot.len() {
-                let (slot, generation) = r.hot[i];
-                r.cool(slot, generation)?;
-            }
-        }
-        Ok(())
     }
 
     /// What the socket did not take is offered again every turn, as a spinning writer

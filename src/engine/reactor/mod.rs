@@ -408,7 +408,7 @@ where
                 // (instead of blocking, or on a spinning turn after one that found no work),
                 // a few per turn, so that work arriving meanwhile waits for a few at most.
                 let blocking = timeout != Some(Duration::ZERO);
-                if !self.lost.is_empty() && (blocking || self.burial_due(idle)) {
+                if (blocking && !self.lost.is_empty()) || self.burial_due(idle) {
                     self.bury_lost(Ending::Close, BURY_PER_TURN);
                     timeout = Some(Duration::ZERO);
                 }

@@ -76,7 +76,8 @@ pub(super) fn live(conns: &mut [Option<Conn>], slot: usize, generation: u32) -> 
         .filter(|c| c.generation == generation)
 }
 
-/// The io_uring `user_data` of a connection's request `op`: kind, generation and slot.
+/// The io_uring `user_data` of a connection's request `op`: kind, generation and slot (a
+/// listener's accept: its hosted node in the slot's place, generation 0).
 pub(super) fn tag(op: u64, slot: usize, generation: u32) -> u64 {
     op << OP_SHIFT | ((generation & GEN_MASK) as u64) << 32 | slot as u64
 }
@@ -123,7 +124,7 @@ where
         h: usize,
     ) -> std::io::Result<()> {
         self.ring
-            .arm_accept(listener.as_raw_fd(), OP_ACCEPT << OP_SHIFT | h as u64)
+            .arm_accept(listener.as_raw_fd(), tag(OP_ACCEPT, h, 0))
     }
 
     /// A multishot accept again; one the ring will not take rests the listener.
@@ -132,7 +133,7 @@ where
             return Ok(());
         };
         let fd = host.listener.as_raw_fd();
-        if let Err(e) = r.io.ring.arm_accept(fd, OP_ACCEPT << OP_SHIFT | h as u64) {
+        if let Err(e) = r.io.ring.arm_accept(fd, tag(OP_ACCEPT, h, 0)) {
             r.rest_listener(h, &e, true);
         }
         Ok(())
@@ -174,8 +175,13 @@ where
         Ok(false)
     }
 
+    /// Every hot connection is received on by the ring again, armed and submitted before
+    /// the wait, and the ring signals its eventfd again.
     fn before_block(r: &mut Reactor<P, Self>) -> Result<(), EngineError> {
-        <Self as Driver<P>>::cool_hot(r)?;
+        for (slot, generation) in std::mem::take(&mut r.hot) {
+            r.cool(slot, generation)?;
+        }
+        r.io.ring.submit_pending()?;
         r.io.ring.set_wakeups(true);
         Ok(())
     }
@@ -226,16 +232,6 @@ where
 
     fn resume(r: &mut Reactor<P, Self>, slot: usize) -> std::io::Result<()> {
         r.arm_receive(slot)
-    }
-
-    /// Every hot connection is received on by the ring again, armed and submitted before
-    /// the wait.
-    fn cool_hot(r: &mut Reactor<P, Self>) -> Result<(), EngineError> {
-        for (slot, generation) in std::mem::take(&mut r.hot) {
-            r.cool(slot, generation)?;
-        }
-        r.io.ring.submit_pending()?;
-        Ok(())
     }
 
     fn after_hot_read(_r: &mut Reactor<P, Self>, _slot: usize) -> Result<(), EngineError> {
