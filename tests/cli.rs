@@ -220,17 +220,18 @@ fn a_256_node_job_runs_under_the_default_descriptor_limit() {
         );
         return;
     }
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_weft"));
-    c.args([
-        "bench",
-        "stabilize",
-        "--nodes",
-        "256",
-        "--repeat",
-        "1",
-        "--json",
-    ])
-    .env_remove("WEFT_BACKEND");
+    let mut c = common::weft_command(
+        &[],
+        &[
+            "bench",
+            "stabilize",
+            "--nodes",
+            "256",
+            "--repeat",
+            "1",
+            "--json",
+        ],
+    );
     let debian = libc::rlimit {
         rlim_cur: 1024,
         rlim_max: hard.rlim_max,
