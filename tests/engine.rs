@@ -288,17 +288,32 @@ fn assert_closed(s: &mut TcpStream, what: &str) {
     );
 }
 
-/// A reactor that cannot set up (here: io_uring receive buffers that are not a power of two)
-/// fails the cluster's start with its reason, instead of handing out nodes that never ran.
+/// A reactor that cannot set up (here: io_uring receive buffers that are not a power of two,
+/// or no submission queue) fails the cluster's start with its reason, instead of handing out
+/// nodes that never ran.
 #[test]
 fn a_reactor_that_cannot_start_fails_the_start() {
-    let o = NodeOptions {
-        recv_buffers: (3, 4096),
-        ..opts_for(Backend::Uring)
-    };
-    match Cluster::start(2, o, move |_, _| PingPong::ponger()) {
-        Ok(_) => panic!("a cluster with reactors that cannot start started"),
-        Err(e) => assert!(e.to_string().contains("power of two"), "{e}"),
+    let bad = [
+        (
+            NodeOptions {
+                recv_buffers: (3, 4096),
+                ..opts_for(Backend::Uring)
+            },
+            "power of two",
+        ),
+        (
+            NodeOptions {
+                ring_entries: 0,
+                ..opts_for(Backend::Uring)
+            },
+            "submission queue entries",
+        ),
+    ];
+    for (o, why) in bad {
+        match Cluster::start(2, o, move |_, _| PingPong::ponger()) {
+            Ok(_) => panic!("a cluster with reactors that cannot start started ({why})"),
+            Err(e) => assert!(e.to_string().contains(why), "{e}"),
+        }
     }
 }
 

@@ -28,9 +28,12 @@
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::VecDeque;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
 
 /// Buffer group id of the one provided-buffer ring.
 const BGID: u16 = 0;
@@ -94,7 +97,8 @@ pub struct Uring {
     /// that starts a sender's write then lands at the same page offset it was copied from in
     /// the sender's kernel, which keeps the kernel's copy out of AMD Zen's 4K-aliasing slow
     /// case (see `wire::decoder`).
-    bufs: Pages,
+    /// Freed only if the kernel let go of every request (see `Drop`).
+    bufs: ManuallyDrop<Pages>,
     buf_size: u32,
     /// The shared ring of buffer descriptors (page aligned, `entries` × 16 bytes).
     ring_mem: *mut types::BufRingEntry,
@@ -106,6 +110,11 @@ pub struct Uring {
     done: Vec<(u64, i32, u32)>,
     /// Requests queued or in flight whose last completion has not been seen.
     outstanding: usize,
+    /// The kernel did not let go of every request when asked ([`Uring::let_go`]).
+    abandoned: bool,
+    /// Requests that found the submission queue full while the kernel refused to take it
+    /// ([`transient`]): they go in, in order, before any later one.
+    waiting: VecDeque<squeue::Entry>,
     /// Signalled by the kernel when completions or deferred completion work arrive.
     wake: OwnedFd,
     /// Whether the kernel signals `wake` (see [`Uring::set_wakeups`]).
@@ -160,7 +169,7 @@ impl Uring {
         }
         let mut me = Self {
             ring,
-            bufs: Pages::new(entries as usize * buf_size as usize)?,
+            bufs: ManuallyDrop::new(Pages::new(entries as usize * buf_size as usize)?),
             buf_size,
             ring_mem,
             layout,
@@ -168,6 +177,8 @@ impl Uring {
             tail: 0,
             done: Vec::with_capacity(64),
             outstanding: 0,
+            abandoned: false,
+            waiting: VecDeque::new(),
             wake,
             wakeups: true,
             recv_limit: None,
@@ -211,12 +222,13 @@ impl Uring {
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 
-    /// Completions, or completion work the kernel holds for our next enter, are waiting.
+    /// Completions, or completion work the kernel holds for our next enter, are waiting; or
+    /// requests the kernel refused for now are still to submit.
     pub fn has_work(&mut self) -> bool {
         let sq = self.ring.submission();
-        let flagged = sq.taskrun() || sq.cq_overflow();
+        let flagged = sq.taskrun() || sq.cq_overflow() || !sq.is_empty();
         drop(sq);
-        flagged || !self.ring.completion().is_empty()
+        flagged || !self.waiting.is_empty() || !self.ring.completion().is_empty()
     }
 
     /// Return buffer `bid` to the kernel.
@@ -250,14 +262,16 @@ impl Uring {
     /// Whatever memory and fds `sqe` lets the kernel use must stay valid until its last
     /// completion.
     unsafe fn push(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
-        // SAFETY: the caller vouches for what `sqe` refers to.
-        unsafe {
-            if self.ring.submission().push(sqe).is_err() {
-                self.ring.submit()?;
-                self.ring
-                    .submission()
-                    .push(sqe)
-                    .map_err(|_| io::Error::other("submission queue full"))?;
+        // SAFETY (both pushes): the caller vouches for what `sqe` refers to.
+        if !self.waiting.is_empty() {
+            // Behind the requests already waiting, in order.
+            self.waiting.push_back(sqe.clone());
+        } else if unsafe { self.ring.submission().push(sqe) }.is_err() {
+            // The queue is full: submit it to make room.
+            self.enter()?;
+            if unsafe { self.ring.submission().push(sqe) }.is_err() {
+                // The kernel took none: the request waits for a later turn's submission.
+                self.waiting.push_back(sqe.clone());
             }
         }
         self.outstanding += 1;
@@ -267,10 +281,38 @@ impl Uring {
     /// Submit what this turn queued, if anything (before the reactor blocks, and at the end
     /// of every turn, so requests go out together).
     pub fn submit_pending(&mut self) -> io::Result<()> {
-        if self.ring.submission().is_empty() {
-            return Ok(());
+        loop {
+            self.refill();
+            if self.ring.submission().is_empty() {
+                return Ok(());
+            }
+            // Again only while requests wait and the kernel takes some.
+            if self.enter()? == 0 || self.waiting.is_empty() {
+                return Ok(());
+            }
         }
-        self.ring.submit().map(drop)
+    }
+
+    /// Move waiting requests into the submission queue while it has room, oldest first.
+    fn refill(&mut self) {
+        while let Some(sqe) = self.waiting.front() {
+            // SAFETY: pushed by `push`, whose callers vouched for what it refers to.
+            if unsafe { self.ring.submission().push(sqe) }.is_err() {
+                return;
+            }
+            self.waiting.pop_front();
+        }
+    }
+
+    /// Enter the kernel: submit what is queued and run completion work it holds for us.
+    /// How many requests it took; a [`transient`] refusal takes none and leaves them queued
+    /// for a later turn (and [`Self::has_work`] true, so the reactor does not block on them).
+    fn enter(&mut self) -> io::Result<usize> {
+        match self.ring.submit() {
+            Ok(n) => Ok(n),
+            Err(e) if transient(&e) => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// Send the buffers `hdr` describes on `fd`, reported with `user_data`. Zero-copy (`zc`):
@@ -316,30 +358,75 @@ impl Uring {
         unsafe { self.push(&sqe) }
     }
 
+    /// Submit everything queued, trying again through passing refusals (`transient`) for at
+    /// most `patience`. Before a socket closes: io_uring looks a request's fd number up when
+    /// it is submitted, so a request still queued for a closed socket would reach whatever
+    /// socket reuses the number.
+    pub fn submit_all(&mut self, patience: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + patience;
+        loop {
+            self.submit_pending()?;
+            if !self.stuck() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "io_uring refused for {} ms to take the requests queued",
+                        patience.as_millis()
+                    ),
+                ));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Requests are queued that the kernel has not taken.
+    fn stuck(&mut self) -> bool {
+        !self.waiting.is_empty() || !self.ring.submission().is_empty()
+    }
+
     /// Cancel every request and wait (at most `patience`) until each has posted its last
-    /// completion, so nothing the kernel might still read or write is freed under it. Sockets
-    /// should be shut down first: that ends receives and sends on its own.
-    pub fn cancel_all(&mut self, patience: std::time::Duration) {
-        let deadline = std::time::Instant::now() + patience;
+    /// completion, so nothing the kernel might still read or write is freed under it. Call it
+    /// while the sockets are still open (what is queued is submitted first), ideally shut
+    /// down: that ends receives and sends on their own. Whether the kernel let go of all.
+    pub fn cancel_all(&mut self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        if self.submit_all(patience).is_err() {
+            return false;
+        }
         let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
             .build()
             .user_data(CANCEL_ALL);
         // SAFETY: a cancellation refers to no memory of ours.
         if unsafe { self.push(&cancel) }.is_err() {
-            return;
+            return false;
         }
-        while self.outstanding > 0 && std::time::Instant::now() < deadline {
+        while self.outstanding > 0 && Instant::now() < deadline {
             let wait = types::Timespec::new().nsec(10_000_000);
             let args = types::SubmitArgs::new().timespec(&wait);
             match self.ring.submitter().submit_with_args(1, &args) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(_) => return,
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) || transient(&e) => {}
+                Err(_) => break,
             }
             self.drain(|_| {});
         }
+        self.outstanding == 0
+    }
+
+    /// Whether the kernel has let go of every request, so their memory may be freed. Requests
+    /// still in flight are cancelled first (and waited for up to a second), unless the
+    /// kernel has refused what is queued: the sockets it names may have closed by now, and
+    /// no submission may reach them. Asked once: a ring that did not let go is not waited
+    /// for again.
+    pub fn let_go(&mut self) -> bool {
+        if self.outstanding > 0 && !self.abandoned && !self.stuck() {
+            self.cancel_all(Duration::from_secs(1));
+        }
+        self.abandoned = self.outstanding > 0;
+        !self.abandoned
     }
 
     /// End every multishot receive after `bytes` (`None`: never). The reactor uses it to
@@ -423,13 +510,17 @@ impl Uring {
     /// says so in the SQ flags, so a turn with nothing queued and nothing pending costs no
     /// syscall (a blocked reactor otherwise paid an empty `io_uring_enter` every turn).
     pub fn poke(&mut self) -> io::Result<()> {
+        self.refill();
         let sq = self.ring.submission();
         let idle = sq.is_empty() && !sq.taskrun() && !sq.cq_overflow();
         drop(sq);
         if idle {
             return Ok(());
         }
-        self.ring.submit().map(drop)
+        if self.enter()? > 0 && !self.waiting.is_empty() {
+            self.submit_pending()?;
+        }
+        Ok(())
     }
 
     /// Whether any completion waits (a load of the queue's tail: no syscall).
@@ -485,16 +576,31 @@ impl Uring {
 
 impl Drop for Uring {
     fn drop(&mut self) {
-        // A reactor that stopped on an error skipped its orderly `cancel_all`: do it here, so
-        // no receive writes into the buffers freed below. (The reactor declares its send and
-        // loan tables after the ring, so they are dropped after this too.)
-        if self.outstanding > 0 {
-            self.cancel_all(std::time::Duration::from_secs(1));
+        // A reactor that stopped on an error skipped its orderly `cancel_all`: `let_go` does
+        // it, so no receive writes into the buffers freed below. If the kernel would not let
+        // go, the buffers are leaked instead: closing the ring (the `IoUring` field, dropped
+        // after this) ends its requests, and submits nothing still queued.
+        if !self.let_go() {
+            return;
         }
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
         // SAFETY: allocated in `new` with this layout; the kernel no longer references it.
-        unsafe { dealloc(self.ring_mem as *mut u8, self.layout) };
+        // `bufs` is dropped once, here.
+        unsafe {
+            dealloc(self.ring_mem as *mut u8, self.layout);
+            ManuallyDrop::drop(&mut self.bufs);
+        }
     }
+}
+
+/// Whether `io_uring_enter` said "not now" rather than "never": EAGAIN (the kernel could not
+/// allocate a request), EBUSY (completions overflowed, on kernels before 5.19), EINTR (a
+/// signal came). The requests stay queued, and the next enter may take them.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
+    )
 }
 
 /// Why io_uring cannot be used here, or `None` if it can (a ring and a buffer ring set up).

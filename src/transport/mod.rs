@@ -152,6 +152,8 @@ pub struct NodeOptions {
     pub epoch: Option<Instant>,
     /// io_uring receive buffers per reactor: count (a power of two) and size.
     pub recv_buffers: (u16, u32),
+    /// io_uring submission queue entries per reactor ([`ReactorConfig::ring_entries`]).
+    pub ring_entries: u32,
     /// io_uring sends of at least this many bytes are zero-copy ([`ReactorConfig::zerocopy_min`]).
     pub zerocopy_min: usize,
     /// Reactor threads of a [`Cluster`] (`None`: one per online core, thread per core).
@@ -214,6 +216,7 @@ impl Default for NodeOptions {
             max_body: DEFAULT_MAX_BODY,
             epoch: None,
             recv_buffers: (256, 16 * 1024),
+            ring_entries: 256,
             zerocopy_min: ZEROCOPY_MIN,
             reactors: None,
             placement: None,
@@ -297,6 +300,7 @@ where
         backend,
         epoch,
         recv_buffers: opts.recv_buffers,
+        ring_entries: opts.ring_entries,
         zerocopy_min: opts.zerocopy_min,
         dead_after: opts.dead_after,
         congestion: opts.congestion.clone(),

@@ -1,7 +1,7 @@
 //! Helpers the integration tests share: run the real `weft` binary, get a scratch dir, wait
 //! for what in-process nodes report ([`events`]), build the BMG on real sockets
 //! ([`overlay`]), check that a node still serves ([`serving`]), shake hands by hand
-//! ([`handshake`]), refuse a child io_uring with a real seccomp filter ([`seccomp`]).
+//! ([`handshake`]), refuse io_uring calls with real seccomp filters ([`seccomp`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;

@@ -73,8 +73,9 @@ where
     /// A connection closes: stop watching its socket.
     fn forget(&mut self, poll: &Poll, stream: &mut TcpStream);
 
-    /// Descriptors are about to close (see `Reactor::bury_lost`).
-    fn before_closing_fds(&mut self);
+    /// Descriptors are about to close (see `Reactor::before_closing_fds`). An error ends the
+    /// reactor, which then closes nothing more.
+    fn before_closing_fds(&mut self) -> Result<(), EngineError>;
 
     /// The connection in `slot` is no longer read by the reactor itself.
     fn resume(r: &mut Reactor<P, Self>, slot: usize) -> std::io::Result<()>;

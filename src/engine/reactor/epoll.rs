@@ -119,7 +119,9 @@ where
         let _ = poll.registry().deregister(stream);
     }
 
-    fn before_closing_fds(&mut self) {}
+    fn before_closing_fds(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
 
     fn resume(r: &mut Reactor<P, Self>, slot: usize) -> std::io::Result<()> {
         r.watch(slot)

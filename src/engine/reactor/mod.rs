@@ -132,6 +132,9 @@ pub struct ReactorConfig {
     pub epoch: Instant,
     /// io_uring provided buffers: how many (a power of two) and how large.
     pub recv_buffers: (u16, u32),
+    /// io_uring submission queue entries (1 to 32768; the kernel rounds up to a power of
+    /// two): requests a turn queues before the ring is entered in the middle of it.
+    pub ring_entries: u32,
     /// io_uring sends of at least this many bytes are zero-copy (`SENDMSG_ZC`: the kernel pins
     /// the pages instead of copying them, and reports when it is done with them).
     pub zerocopy_min: usize,
@@ -342,7 +345,19 @@ where
     }
 
     /// Run until [`Command::Stop`]; every node's protocol goes back through its `retire`.
+    /// If the loop fails, the backend still has the kernel let go of its requests before the
+    /// reactor is dropped: the sockets are open then, so what was queued for them reaches
+    /// them and no socket that later reuses a number.
     fn run(mut self) -> Result<(), EngineError> {
+        let ran = self.turns();
+        if ran.is_err() {
+            self.io.finish();
+        }
+        ran
+    }
+
+    /// The loop of [`Self::run`].
+    fn turns(&mut self) -> Result<(), EngineError> {
         let now = self.now();
         for h in 0..self.hosts.len() {
             if let Some(host) = self.hosts[h].as_mut() {
@@ -365,7 +380,7 @@ where
         while !self.stop {
             // Whether this turn found work.
             let mut active = false;
-            D::turn_start(&mut self)?;
+            D::turn_start(self)?;
             let spinning = match self.cfg.wait {
                 WaitMode::Busy => true,
                 WaitMode::Adaptive => {
@@ -393,9 +408,9 @@ where
             let ask_epoll = D::asks_epoll(spinning, look);
             self.spinning = spinning;
             if spinning {
-                active |= D::spin(&mut self, look, idle)?;
+                active |= D::spin(self, look, idle)?;
             } else {
-                D::before_block(&mut self)?;
+                D::before_block(self)?;
             }
             if ask_epoll {
                 let mut timeout = if spinning || self.io.has_work() {
@@ -409,7 +424,7 @@ where
                 // a few per turn, so that work arriving meanwhile waits for a few at most.
                 let blocking = timeout != Some(Duration::ZERO);
                 if (blocking && !self.lost.is_empty()) || self.burial_due(idle) {
-                    self.bury_lost(Ending::Close, BURY_PER_TURN);
+                    self.bury_lost(Ending::Close, BURY_PER_TURN)?;
                     timeout = Some(Duration::ZERO);
                 }
                 match self.poll.poll(&mut events, timeout) {
@@ -420,7 +435,7 @@ where
             } else {
                 events.clear();
             }
-            active |= D::after_wait(&mut self, spinning)?;
+            active |= D::after_wait(self, spinning)?;
             // Work, for adaptive waiting, is what an event brought, not the event: registering a
             // connection again (a poll reactor about to block) reports it writable at once, and
             // counting that kept an idle adaptive reactor spinning for good. The ring's event
@@ -432,13 +447,9 @@ where
                         true
                     }
                     RING => false,
-                    Token(t) => D::on_event(
-                        &mut self,
-                        t,
-                        ev.is_readable(),
-                        ev.is_writable(),
-                        ev.is_error(),
-                    )?,
+                    Token(t) => {
+                        D::on_event(self, t, ev.is_readable(), ev.is_writable(), ev.is_error())?
+                    }
                 };
             }
             self.deliver()?;
@@ -468,9 +479,9 @@ where
         // thousands of them per run do not sit in TIME_WAIT holding local ports (a benchmark
         // that starts many jobs in a row would run out of ephemeral ports).
         for h in 0..self.hosts.len() {
-            self.stop_node(h, Ending::Reset);
+            self.stop_node(h, Ending::Reset)?;
         }
-        self.bury_lost(Ending::Reset, usize::MAX);
+        self.bury_lost(Ending::Reset, usize::MAX)?;
         // The sockets are reset; wait for the kernel to let go of every buffer it was given.
         self.io.finish();
         Ok(())
@@ -528,7 +539,7 @@ where
                 Command::Stop => self.stop = true,
                 Command::StopNode(id) => {
                     if let Some(&h) = self.by_id.get(&id) {
-                        self.stop_node(h, Ending::Close);
+                        self.stop_node(h, Ending::Close)?;
                     }
                 }
                 Command::AddPeer { node, peer, addr } => {
@@ -544,12 +555,12 @@ where
 
     /// Kill hosted node `h`: its listener and connections close, its timers and undelivered
     /// messages go, and its protocol is handed back.
-    fn stop_node(&mut self, h: usize, ending: Ending) {
+    fn stop_node(&mut self, h: usize, ending: Ending) -> Result<(), EngineError> {
         let Some(mut host) = self.hosts.get_mut(h).and_then(|x| x.take()) else {
-            return;
+            return Ok(());
         };
         self.by_id.remove(&host.identity.node_id);
-        self.before_closing_fds();
+        self.before_closing_fds()?;
         let _ = self.poll.registry().deregister(&mut host.listener);
         // An armed io_uring accept holds the listener open; shutting it down ends the request
         // and stops the socket listening now, so dialers are refused as by a dead process.
@@ -573,17 +584,18 @@ where
             .cancel_where(|d| matches!(*d, Due::Protocol(x, _) | Due::Listener(x) if x == h));
         self.inbox.retain(|&(x, _, _)| x != h);
         let _ = host.retire.send(host.proto);
+        Ok(())
     }
 
     /// Shut down (or, when the job is over, reset) and close the sockets of at most `most`
     /// lost connections. Either also ends an armed io_uring receive (its last completion is
     /// recognized as stale).
-    fn bury_lost(&mut self, ending: Ending, most: usize) {
+    fn bury_lost(&mut self, ending: Ending, most: usize) -> Result<(), EngineError> {
         if self.lost.is_empty() {
-            return;
+            return Ok(());
         }
         self.lost_waited = 0;
-        self.before_closing_fds();
+        self.before_closing_fds()?;
         let from = self.lost.len().saturating_sub(most);
         for stream in self.lost.drain(from..) {
             match ending {
@@ -593,6 +605,7 @@ where
                 Ending::Reset => reset(&stream),
             }
         }
+        Ok(())
     }
 
     /// Whether a spinning turn shuts down lost connections: after a turn without work, or
@@ -608,8 +621,10 @@ where
     /// close would, after the close, reach whatever socket reuses the number (an accept in the
     /// same turn): another connection's stream, corrupted. So everything queued is submitted
     /// before any fd is closed; submitted requests hold their own reference to the socket.
-    fn before_closing_fds(&mut self) {
-        self.io.before_closing_fds();
+    /// If the kernel refuses to take them for long (see the ring's `CLOSE_PATIENCE`), the
+    /// reactor ends instead.
+    fn before_closing_fds(&mut self) -> Result<(), EngineError> {
+        self.io.before_closing_fds()
     }
 
     /// Put `conn` in a slot and have the backend watch it (epoll) or receive on it (the

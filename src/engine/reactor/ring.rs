@@ -32,6 +32,10 @@ pub(super) const OP_CANCEL: u64 = 5;
 /// (one receive of exactly that much) instead of through the provided buffers and a copy.
 pub(super) const DIRECT_MIN: usize = 64 * 1024;
 
+/// How long the kernel may refuse to take what is queued before sockets close (see
+/// `before_closing_fds`); past that the reactor ends rather than close them.
+const CLOSE_PATIENCE: Duration = Duration::from_millis(100);
+
 /// Generations are kept to 28 bits so that slot, generation and kind fit one `user_data`.
 pub(super) const GEN_MASK: u32 = (1 << 28) - 1;
 
@@ -46,8 +50,7 @@ const DIRECT_SEND_MAX: usize = 768 * 1024;
 /// The io_uring driver's own state: the ring, and what the kernel holds of ours until it
 /// completes a request.
 pub(super) struct Ring {
-    /// Declared before the tables below: dropping it waits for the kernel to let go of every
-    /// request, and only then are the buffers those requests use dropped.
+    /// The tables below hold memory the kernel uses until a request completes; see `Drop`.
     ring: Uring,
     /// Sends in flight, by id (they outlive their connection if it closes first).
     sends: IdMap<u64, Box<SendOp>>,
@@ -65,6 +68,19 @@ pub(super) struct Ring {
     rearm: Vec<(usize, u32)>,
     /// This turn has sent once without the ring (see `push_out`).
     sent_direct: bool,
+}
+
+impl Drop for Ring {
+    /// The tables hold memory the ring's requests use: they are freed only once the kernel
+    /// has let go of every request ([`Uring::let_go`]), and leaked, like the ring's own
+    /// buffers, if it has not.
+    fn drop(&mut self) {
+        if !self.ring.let_go() {
+            std::mem::forget(std::mem::take(&mut self.sends));
+            std::mem::forget(std::mem::take(&mut self.connects));
+            std::mem::forget(std::mem::take(&mut self.lent));
+        }
+    }
 }
 
 /// The connection open in `slot` if it is still the one of `generation` (an io_uring completion
@@ -93,7 +109,13 @@ where
                 "{count} receive buffers of {size} bytes: need a power of two of non-empty buffers"
             )));
         }
-        let mut ring = Uring::new(256, count, size)?;
+        if !(1..=32768).contains(&cfg.ring_entries) {
+            return Err(EngineError::Config(format!(
+                "{} submission queue entries: need 1 to 32768",
+                cfg.ring_entries
+            )));
+        }
+        let mut ring = Uring::new(cfg.ring_entries, count, size)?;
         // A multishot receive that runs on into a large frame copies it through the
         // provided buffers; ending it after DIRECT_MIN bytes lets the rest of the frame go
         // straight into its buffer (see `arm_receive`).
@@ -168,7 +190,7 @@ where
         if look {
             r.commands()?;
             if r.burial_due(idle) {
-                r.bury_lost(Ending::Close, BURY_PER_TURN);
+                r.bury_lost(Ending::Close, BURY_PER_TURN)?;
             }
         }
         r.io.ring.set_wakeups(false);
@@ -225,9 +247,10 @@ where
     fn forget(&mut self, _poll: &Poll, _stream: &mut TcpStream) {}
 
     /// io_uring names a socket by its fd number and looks the number up when it submits
-    /// the request (see `Reactor::before_closing_fds`): everything queued goes first.
-    fn before_closing_fds(&mut self) {
-        let _ = self.ring.submit_pending();
+    /// the request (see `Reactor::before_closing_fds`): everything queued goes first, through
+    /// the kernel's passing refusals.
+    fn before_closing_fds(&mut self) -> Result<(), EngineError> {
+        Ok(self.ring.submit_all(CLOSE_PATIENCE)?)
     }
 
     fn resume(r: &mut Reactor<P, Self>, slot: usize) -> std::io::Result<()> {

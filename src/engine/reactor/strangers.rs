@@ -153,7 +153,7 @@ where
         );
         self.close(slot, why)?;
         // `close` put its socket last on the lost list: shut and free that one now.
-        self.bury_lost(Ending::Close, 1);
+        self.bury_lost(Ending::Close, 1)?;
         Ok(true)
     }
 
