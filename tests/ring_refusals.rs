@@ -67,15 +67,20 @@ fn ping_pong_through_refusals(wait: WaitMode) {
     eprintln!("{wait:?}: {refused} io_uring_enter calls refused, {passed} let through");
 }
 
-#[test]
-fn transient_io_uring_refusals_delay_but_lose_nothing() {
+/// Run `test` for blocking and for spinning reactors, where io_uring runs at all.
+fn on_both_waits(test: impl Fn(WaitMode)) {
     if let Some(why) = weft::engine::uring_unavailable() {
         eprintln!("io_uring unavailable here ({why}): skipped");
         return;
     }
     for wait in [WaitMode::Block, WaitMode::Busy] {
-        ping_pong_through_refusals(wait);
+        test(wait);
     }
+}
+
+#[test]
+fn transient_io_uring_refusals_delay_but_lose_nothing() {
+    on_both_waits(ping_pong_through_refusals);
 }
 
 /// Fifteen nodes on one reactor whose submission queue holds 4 requests build the BMG through
@@ -83,11 +88,7 @@ fn transient_io_uring_refusals_delay_but_lose_nothing() {
 /// take it, and wait their turn in order.
 #[test]
 fn a_full_submission_queue_the_kernel_refuses_loses_nothing() {
-    if let Some(why) = weft::engine::uring_unavailable() {
-        eprintln!("io_uring unavailable here ({why}): skipped");
-        return;
-    }
-    for wait in [WaitMode::Block, WaitMode::Busy] {
+    on_both_waits(|wait| {
         let opts = NodeOptions {
             wait,
             pin: false,
@@ -102,5 +103,5 @@ fn a_full_submission_queue_the_kernel_refuses_loses_nothing() {
             "{wait:?}: nothing was refused ({passed} passed)"
         );
         eprintln!("{wait:?}: {refused} io_uring_enter calls refused, {passed} let through");
-    }
+    });
 }
