@@ -1,7 +1,7 @@
 //! A node that runs out of file descriptors keeps running: the connections it cannot accept
 //! wait in its listener's backlog, it says so once, and it accepts again once descriptors are
-//! free; and silent strangers holding every descriptor do not keep a real peer out until
-//! their deadline. A test file of its own, because it lowers this process's RLIMIT_NOFILE and
+//! free; silent strangers holding every descriptor do not keep a real peer out until their
+//! deadline; and connections that just ended give their descriptors to the next one at once. A test file of its own, because it lowers this process's RLIMIT_NOFILE and
 //! fills its descriptor table (so the two run in turn, in one test).
 
 mod common;
@@ -43,6 +43,7 @@ fn running_out_of_descriptors_pauses_accepting_not_the_node() {
     for backend in [Backend::Poll, Backend::Uring] {
         running_out_of_descriptors_on(backend);
         strangers_holding_every_descriptor_make_room_on(backend);
+        ended_connections_make_room_first_on(backend);
     }
 }
 
@@ -162,6 +163,121 @@ fn strangers_holding_every_descriptor_make_room_on(backend: Backend) {
     assert!(
         refusals(&seen, None, "crowded out") >= 1,
         "{backend}: {seen:?}"
+    );
+    drop(strangers);
+}
+
+/// A protocol that does nothing but, when told through `gate`, stalls its reactor for the
+/// time given (after saying so on `stalled`): what arrives meanwhile is seen in one turn.
+struct Stall {
+    gate: std::sync::mpsc::Receiver<std::time::Duration>,
+    stalled: std::sync::mpsc::Sender<()>,
+}
+
+const LOOK: weft::proto::TimerId = weft::proto::TimerId(1);
+
+impl weft::proto::Protocol for Stall {
+    type Msg = weft::proto::ping::PingMsg;
+
+    fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
+        out.set_timer(LOOK, std::time::Duration::from_millis(5));
+    }
+
+    fn on_message(
+        &mut self,
+        _now: weft::proto::Time,
+        _from: NodeId,
+        _msg: Self::Msg,
+        _out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+    }
+
+    fn on_timer(
+        &mut self,
+        _now: weft::proto::Time,
+        _timer: weft::proto::TimerId,
+        out: &mut weft::proto::Outbox<Self::Msg>,
+    ) {
+        if let Ok(d) = self.gate.try_recv() {
+            let _ = self.stalled.send(());
+            std::thread::sleep(d);
+        }
+        out.set_timer(LOOK, std::time::Duration::from_millis(5));
+    }
+}
+
+/// The node's last descriptors go to 4 strangers (and the test takes the one left). While its
+/// reactor stalls, the strangers send garbage and a real peer dials: in the turn after, the
+/// strangers' connections end and the accept finds no descriptor. The ended connections'
+/// sockets are closed then and there, and the peer is accepted: the listener does not rest
+/// (no "accept:" report).
+fn ended_connections_make_room_first_on(backend: Backend) {
+    let key = JobKey::from_bytes([9; 32]);
+    let o = NodeOptions {
+        key: Some(key.clone()),
+        wait: WaitMode::Block,
+        pin: false,
+        backend: Some(backend),
+        // No stranger reaches its grace in this test: crowding out is not what makes room.
+        handshake_timeout: std::time::Duration::from_secs(30),
+        ..NodeOptions::default()
+    };
+    let (soft, _) = limit_descriptors(open_descriptors() + 512);
+    let (tell, gate) = std::sync::mpsc::channel();
+    let (stalled, told) = std::sync::mpsc::channel();
+    let ends = std::sync::Mutex::new(Some((gate, stalled)));
+    let c = Cluster::start(1, o, move |_, _| {
+        let (gate, stalled) = ends.lock().unwrap().take().expect("one node");
+        Stall { gate, stalled }
+    })
+    .unwrap();
+    let target = c.nodes[0].addr;
+    let socket = || socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None);
+    let strangers: Vec<socket2::Socket> = (0..4).map(|_| socket().unwrap()).collect();
+    let peer = socket().unwrap();
+    let mut filler = fill_descriptors_but(5);
+    for s in &strangers {
+        s.connect(&target.into()).unwrap();
+    }
+    // Once the node has taken them (each hears its Hello), take the one descriptor left: the
+    // table is full, and the node has not yet tried to accept into a full table (`accept`
+    // takes a descriptor before it looks at the backlog, so one more try would have failed).
+    for s in &strangers {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut hello = [0u8; 16];
+        let heard = std::io::Read::read(&mut &*s, &mut hello);
+        assert!(matches!(heard, Ok(n) if n > 0), "{backend}: {heard:?}");
+    }
+    // The poll reactor's accept loop tries once more after the last Hello went out.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    filler.push(std::fs::File::open("/dev/null").unwrap().into());
+    tell.send(std::time::Duration::from_millis(300)).unwrap();
+    told.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the reactor stalls");
+    for s in &strangers {
+        s.send(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    }
+    peer.connect(&target.into()).unwrap();
+    let mut peer: std::net::TcpStream = peer.into();
+    let me = Identity {
+        job_id: 1,
+        node_id: NodeId(9),
+        key,
+    };
+    let shaken = shake_hands(&mut peer, me, std::time::Duration::from_secs(5));
+    let seen = collect(&c.events, 1, |_| false);
+    drop(filler);
+    limit_descriptors(soft);
+    assert_eq!(shaken, Ok(NodeId(0)), "{backend}: {seen:?}");
+    assert!(
+        refusals(&seen, None, "") >= 4,
+        "{backend}: the strangers' garbage was not refused: {seen:?}"
+    );
+    assert_eq!(
+        refusals(&seen, None, "accept:"),
+        0,
+        "{backend}: the listener rested while ended connections held descriptors: {seen:?}"
     );
     drop(strangers);
 }

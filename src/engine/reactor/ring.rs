@@ -549,7 +549,10 @@ where
         for target in cancel {
             self.io.ring.cancel(target, OP_CANCEL << OP_SHIFT)?;
         }
-        for (h, raw, more) in accepted {
+        // New connections now; failed accepts last, once the connections this step ends are
+        // on the lost list, whose descriptors `make_room` may free.
+        let (opened, refused): (Vec<_>, Vec<_>) = accepted.into_iter().partition(|a| a.1 >= 0);
+        for (h, raw, more) in opened {
             self.accepted(h, raw, more)?;
         }
         for (tagged, slot, res) in connected {
@@ -616,6 +619,9 @@ where
                 let _ = self.frames(slot);
                 self.close(slot, why)?;
             }
+        }
+        for (h, raw, more) in refused {
+            self.accepted(h, raw, more)?;
         }
         Ok(any)
     }

@@ -137,12 +137,18 @@ where
         }
     }
 
-    /// `accept` found no descriptor free (`e`): close hosted node `h`'s oldest stranger past
-    /// its grace, at once, so that the connection next in the backlog gets its descriptor.
-    /// Whether one was closed.
+    /// `accept` found no descriptor free (`e`): free the descriptors of connections that
+    /// already ended, or else close hosted node `h`'s oldest stranger past its grace, at
+    /// once, so that the connection next in the backlog gets its descriptor. Whether any was
+    /// freed.
     pub(super) fn make_room(&mut self, h: usize, e: &std::io::Error) -> Result<bool, EngineError> {
         if !super::accept::out_of_descriptors(e) {
             return Ok(false);
+        }
+        if !self.lost.is_empty() {
+            // They would be closed on the next idle turn anyway (see `bury_lost`).
+            self.bury_lost(Ending::Close, usize::MAX)?;
+            return Ok(true);
         }
         let Some((slot, age)) = self.overdue_stranger(h) else {
             return Ok(false);
