@@ -9,6 +9,7 @@ mod common;
 use common::events::{collect, refusals};
 use common::handshake::shake_hands;
 use common::serving::still_serves;
+use common::ticking::Ticking;
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
@@ -47,6 +48,41 @@ fn running_out_of_descriptors_pauses_accepting_not_the_node() {
     }
 }
 
+/// A blocking, unpinned node on `backend` with job key `key` and handshake deadline
+/// `handshake_timeout`.
+fn node_options(
+    key: &JobKey,
+    backend: Backend,
+    handshake_timeout: std::time::Duration,
+) -> NodeOptions {
+    NodeOptions {
+        key: Some(key.clone()),
+        wait: WaitMode::Block,
+        pin: false,
+        backend: Some(backend),
+        handshake_timeout,
+        ..NodeOptions::default()
+    }
+}
+
+/// Dial `target` from `peer` (a socket opened before the table filled) as node 9 of the job
+/// with `key`, and shake hands by hand, within `patience`: whom the node proved to be.
+fn dial_as_peer(
+    peer: socket2::Socket,
+    target: std::net::SocketAddr,
+    key: JobKey,
+    patience: std::time::Duration,
+) -> Result<NodeId, String> {
+    peer.connect(&target.into()).unwrap();
+    let mut peer: std::net::TcpStream = peer.into();
+    let me = Identity {
+        job_id: 1,
+        node_id: NodeId(9),
+        key,
+    };
+    shake_hands(&mut peer, me, patience)
+}
+
 /// This process's descriptor table, filled up to its limit but for `room` (the copies hold
 /// the table until dropped).
 fn fill_descriptors_but(room: usize) -> Vec<std::os::fd::OwnedFd> {
@@ -63,13 +99,7 @@ fn fill_descriptors_but(room: usize) -> Vec<std::os::fd::OwnedFd> {
 
 fn running_out_of_descriptors_on(backend: Backend) {
     let key = JobKey::from_bytes([6; 32]);
-    let o = NodeOptions {
-        key: Some(key.clone()),
-        wait: WaitMode::Block,
-        pin: false,
-        backend: Some(backend),
-        ..NodeOptions::default()
-    };
+    let o = node_options(&key, backend, NodeOptions::default().handshake_timeout);
     // A modest limit before the node starts: an io_uring accept takes the limit in force when
     // it was armed, not when it runs.
     let (soft, _) = limit_descriptors(open_descriptors() + 512);
@@ -117,14 +147,7 @@ fn running_out_of_descriptors_on(backend: Backend) {
 fn strangers_holding_every_descriptor_make_room_on(backend: Backend) {
     let key = JobKey::from_bytes([8; 32]);
     let deadline = std::time::Duration::from_secs(30);
-    let o = NodeOptions {
-        key: Some(key.clone()),
-        wait: WaitMode::Block,
-        pin: false,
-        backend: Some(backend),
-        handshake_timeout: deadline,
-        ..NodeOptions::default()
-    };
+    let o = node_options(&key, backend, deadline);
     let (soft, _) = limit_descriptors(open_descriptors() + 512);
     let c = Cluster::start(1, o, move |_, _| PingPong::ponger()).unwrap();
     let target = c.nodes[0].addr;
@@ -138,14 +161,7 @@ fn strangers_holding_every_descriptor_make_room_on(backend: Backend) {
     // Let the node take them: its table is then full.
     std::thread::sleep(std::time::Duration::from_millis(200));
     let dialed = std::time::Instant::now();
-    peer.connect(&target.into()).unwrap();
-    let mut peer: std::net::TcpStream = peer.into();
-    let me = Identity {
-        job_id: 1,
-        node_id: NodeId(9),
-        key,
-    };
-    let shaken = shake_hands(&mut peer, me, deadline / 2);
+    let shaken = dial_as_peer(peer, target, key, deadline / 2);
     let waited = dialed.elapsed();
     let seen = collect(&c.events, 1, |_| false);
     drop(filler);
@@ -167,45 +183,6 @@ fn strangers_holding_every_descriptor_make_room_on(backend: Backend) {
     drop(strangers);
 }
 
-/// A protocol that does nothing but, when told through `gate`, stalls its reactor for the
-/// time given (after saying so on `stalled`): what arrives meanwhile is seen in one turn.
-struct Stall {
-    gate: std::sync::mpsc::Receiver<std::time::Duration>,
-    stalled: std::sync::mpsc::Sender<()>,
-}
-
-const LOOK: weft::proto::TimerId = weft::proto::TimerId(1);
-
-impl weft::proto::Protocol for Stall {
-    type Msg = weft::proto::ping::PingMsg;
-
-    fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
-        out.set_timer(LOOK, std::time::Duration::from_millis(5));
-    }
-
-    fn on_message(
-        &mut self,
-        _now: weft::proto::Time,
-        _from: NodeId,
-        _msg: Self::Msg,
-        _out: &mut weft::proto::Outbox<Self::Msg>,
-    ) {
-    }
-
-    fn on_timer(
-        &mut self,
-        _now: weft::proto::Time,
-        _timer: weft::proto::TimerId,
-        out: &mut weft::proto::Outbox<Self::Msg>,
-    ) {
-        if let Ok(d) = self.gate.try_recv() {
-            let _ = self.stalled.send(());
-            std::thread::sleep(d);
-        }
-        out.set_timer(LOOK, std::time::Duration::from_millis(5));
-    }
-}
-
 /// The node's last descriptors go to 4 strangers (and the test takes the one left). While its
 /// reactor stalls, the strangers send garbage and a real peer dials: in the turn after, the
 /// strangers' connections end and the accept finds no descriptor. The ended connections'
@@ -213,22 +190,22 @@ impl weft::proto::Protocol for Stall {
 /// (no "accept:" report).
 fn ended_connections_make_room_first_on(backend: Backend) {
     let key = JobKey::from_bytes([9; 32]);
-    let o = NodeOptions {
-        key: Some(key.clone()),
-        wait: WaitMode::Block,
-        pin: false,
-        backend: Some(backend),
-        // No stranger reaches its grace in this test: crowding out is not what makes room.
-        handshake_timeout: std::time::Duration::from_secs(30),
-        ..NodeOptions::default()
-    };
+    // No stranger reaches its grace in this test: crowding out is not what makes room.
+    let o = node_options(&key, backend, std::time::Duration::from_secs(30));
     let (soft, _) = limit_descriptors(open_descriptors() + 512);
     let (tell, gate) = std::sync::mpsc::channel();
     let (stalled, told) = std::sync::mpsc::channel();
     let ends = std::sync::Mutex::new(Some((gate, stalled)));
+    // The node's protocol stalls its reactor for the time the test sends through `gate`,
+    // after saying so on `stalled`.
     let c = Cluster::start(1, o, move |_, _| {
         let (gate, stalled) = ends.lock().unwrap().take().expect("one node");
-        Stall { gate, stalled }
+        Ticking::new(std::time::Duration::from_millis(5), move || {
+            if let Ok(d) = gate.try_recv() {
+                let _ = stalled.send(());
+                std::thread::sleep(d);
+            }
+        })
     })
     .unwrap();
     let target = c.nodes[0].addr;
@@ -258,14 +235,7 @@ fn ended_connections_make_room_first_on(backend: Backend) {
     for s in &strangers {
         s.send(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     }
-    peer.connect(&target.into()).unwrap();
-    let mut peer: std::net::TcpStream = peer.into();
-    let me = Identity {
-        job_id: 1,
-        node_id: NodeId(9),
-        key,
-    };
-    let shaken = shake_hands(&mut peer, me, std::time::Duration::from_secs(5));
+    let shaken = dial_as_peer(peer, target, key, std::time::Duration::from_secs(5));
     let seen = collect(&c.events, 1, |_| false);
     drop(filler);
     limit_descriptors(soft);

@@ -6,6 +6,7 @@ mod common;
 use common::events::{collect, refusals, wait_done};
 use common::handshake::shake_hands;
 use common::serving::still_serves;
+use common::ticking::Ticking;
 use std::collections::HashSet;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
@@ -459,7 +460,8 @@ fn a_reactor_that_never_idles_still_closes_dropped_connections() {
             wait: WaitMode::Busy,
             ..opts_for(backend)
         };
-        let c = Cluster::start(1, o, |_, _| Restless).unwrap();
+        // A timer for no time at all, set again whenever it fires: work on every turn.
+        let c = Cluster::start(1, o, |_, _| Ticking::new(Duration::ZERO, || {})).unwrap();
         let mut s = TcpStream::connect(c.nodes[0].addr).unwrap();
         s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         let seen = collect(&c.events, 5, |s| refusals(s, None, "") >= 1);
@@ -472,35 +474,6 @@ fn a_reactor_that_never_idles_still_closes_dropped_connections() {
             &format!("{backend}: a stranger refused by a busy reactor"),
         );
         c.shutdown().unwrap();
-    }
-}
-
-/// Sets a timer for no time at all whenever one fires: its reactor has work on every turn.
-struct Restless;
-
-impl weft::proto::Protocol for Restless {
-    type Msg = weft::proto::ping::PingMsg;
-
-    fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
-        out.set_timer(weft::proto::TimerId(1), Duration::ZERO);
-    }
-
-    fn on_message(
-        &mut self,
-        _now: weft::proto::Time,
-        _from: NodeId,
-        _msg: Self::Msg,
-        _out: &mut weft::proto::Outbox<Self::Msg>,
-    ) {
-    }
-
-    fn on_timer(
-        &mut self,
-        _now: weft::proto::Time,
-        timer: weft::proto::TimerId,
-        out: &mut weft::proto::Outbox<Self::Msg>,
-    ) {
-        out.set_timer(timer, Duration::ZERO);
     }
 }
 

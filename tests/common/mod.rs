@@ -1,7 +1,8 @@
 //! Helpers the integration tests share: run the real `weft` binary, get a scratch dir, wait
 //! for what in-process nodes report ([`events`]), build the BMG on real sockets
 //! ([`overlay`]), check that a node still serves ([`serving`]), shake hands by hand
-//! ([`handshake`]), refuse io_uring calls with real seccomp filters ([`seccomp`]).
+//! ([`handshake`]), refuse io_uring calls with real seccomp filters ([`seccomp`]), keep a
+//! reactor busy or stall it ([`ticking`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
@@ -9,6 +10,7 @@ pub mod handshake;
 pub mod overlay;
 pub mod seccomp;
 pub mod serving;
+pub mod ticking;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
