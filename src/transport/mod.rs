@@ -362,7 +362,8 @@ where
     ))
 }
 
-/// Start one node on a reactor thread of its own.
+/// Start one node on a reactor thread of its own. It reports on `events`, which the caller
+/// must keep reading: the channel is unbounded, and every refused stranger adds to it.
 pub fn spawn<P>(
     spec: NodeSpec,
     opts: &NodeOptions,
@@ -393,7 +394,8 @@ where
 pub struct Cluster<P> {
     /// The nodes, node `i` has id `NodeId(i)`.
     pub nodes: Vec<NodeHandle<P>>,
-    /// Every node's events.
+    /// Every node's events. Keep reading them: the channel is unbounded, and every refused
+    /// stranger adds to it.
     pub events: Receiver<(NodeId, NodeEvent)>,
     /// Time zero of every node's protocol clock.
     pub epoch: Instant,
