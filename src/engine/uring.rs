@@ -226,9 +226,9 @@ impl Uring {
     /// requests the kernel refused for now are still to submit.
     pub fn has_work(&mut self) -> bool {
         let sq = self.ring.submission();
-        let flagged = sq.taskrun() || sq.cq_overflow() || !sq.is_empty();
+        let flagged = sq.taskrun() || sq.cq_overflow();
         drop(sq);
-        flagged || !self.waiting.is_empty() || !self.ring.completion().is_empty()
+        flagged || self.stuck() || !self.ring.completion().is_empty()
     }
 
     /// Return buffer `bid` to the kernel.

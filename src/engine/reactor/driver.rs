@@ -98,7 +98,7 @@ where
         addr: SocketAddr,
     ) -> Result<bool, EngineError>;
 
-    /// The job is over and every socket reset: wait (up to a second) for the kernel to let
-    /// go of whatever it was lent.
+    /// The job is over and every socket reset, or the loop failed with the sockets still
+    /// open: wait (up to a second) for the kernel to let go of whatever it was lent.
     fn finish(&mut self);
 }

@@ -301,8 +301,8 @@ where
         io.next_send = (io.next_send + 1) & ((1 << OP_SHIFT) - 1);
         let id = io.next_send;
         // SAFETY: the op is boxed (its header, iovecs and chunks do not move) and stays in
-        // `sends`, unchanged, until its last completion; `cancel_all` waits for that before
-        // the reactor drops the table.
+        // `sends`, unchanged, until its last completion; the driver's `Drop` frees the table
+        // only once the kernel has let go of every request.
         unsafe {
             io.ring.send_msg(
                 conn.stream.as_raw_fd(),
@@ -339,7 +339,7 @@ where
         let tagged = tag(OP_CONNECT, slot, conn.generation);
         let sa = Box::new(socket2::SockAddr::from(addr));
         // SAFETY: the address is boxed and kept in `connects` until the connect completes
-        // (`cancel_all` waits for that before the reactor drops the table).
+        // (the driver's `Drop` frees the table only once the kernel has let go of it).
         let queued = unsafe {
             r.io.ring.connect(
                 conn.stream.as_raw_fd(),
@@ -459,11 +459,7 @@ where
             return self.close(slot, format!("connect {to:?}: {e}"));
         }
         conn.connecting = false;
-        let armed = self
-            .io
-            .ring
-            .arm(conn.stream.as_raw_fd(), tag(OP_RECV, slot, generation));
-        if let Err(e) = armed {
+        if let Err(e) = self.arm_receive(slot) {
             // The connection's failure, not the reactor's (as in `insert`).
             return self.close(slot, format!("receive: {e}"));
         }
@@ -551,8 +547,7 @@ where
         }
         // New connections now; failed accepts last, once the connections this step ends are
         // on the lost list, whose descriptors `make_room` may free.
-        let (opened, refused): (Vec<_>, Vec<_>) = accepted.into_iter().partition(|a| a.1 >= 0);
-        for (h, raw, more) in opened {
+        for &(h, raw, more) in accepted.iter().filter(|a| a.1 >= 0) {
             self.accepted(h, raw, more)?;
         }
         for (tagged, slot, res) in connected {
@@ -620,7 +615,7 @@ where
                 self.close(slot, why)?;
             }
         }
-        for (h, raw, more) in refused {
+        for &(h, raw, more) in accepted.iter().filter(|a| a.1 < 0) {
             self.accepted(h, raw, more)?;
         }
         Ok(any)
