@@ -363,7 +363,8 @@ where
 }
 
 /// Start one node on a reactor thread of its own. It reports on `events`, which the caller
-/// must keep reading: the channel is unbounded, and every refused stranger adds to it.
+/// must keep reading: the channel is unbounded. Refusals, the one kind of event strangers can
+/// cause, come at most 17 a second per node (the rest are counted: [`NodeEvent::RefusedMore`]).
 pub fn spawn<P>(
     spec: NodeSpec,
     opts: &NodeOptions,
@@ -394,8 +395,8 @@ where
 pub struct Cluster<P> {
     /// The nodes, node `i` has id `NodeId(i)`.
     pub nodes: Vec<NodeHandle<P>>,
-    /// Every node's events. Keep reading them: the channel is unbounded, and every refused
-    /// stranger adds to it.
+    /// Every node's events. Keep reading them: the channel is unbounded (strangers' refusals
+    /// come at most 17 a second per node, see [`spawn`]).
     pub events: Receiver<(NodeId, NodeEvent)>,
     /// Time zero of every node's protocol clock.
     pub epoch: Instant,

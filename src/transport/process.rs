@@ -62,9 +62,13 @@ pub struct Report {
     /// The installed view (view).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub view: Option<Vec<u64>>,
-    /// Why (refused).
+    /// Why (refused; for a line that stands for many, the last one's reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// How many refusals the line stands for, when more than one: a node reports 16 a second
+    /// one by one and counts the rest ([`NodeEvent::RefusedMore`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
     /// When, `CLOCK_MONOTONIC` ns.
     pub mono_ns: u64,
 }
@@ -100,6 +104,7 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
         epoch: None,
         view: None,
         why: None,
+        count: None,
         mono_ns: monotonic_ns(),
     };
     while let Ok((_, e)) = rx.recv() {
@@ -114,6 +119,11 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
             },
             NodeEvent::Refused(why) => Report {
                 why: Some(why),
+                ..base("refused")
+            },
+            NodeEvent::RefusedMore { count, last } => Report {
+                why: Some(last),
+                count: Some(count),
                 ..base("refused")
             },
             NodeEvent::Protocol(Event::Member(m)) => match m {

@@ -290,6 +290,9 @@ fn connected(
 fn refusal(who: NodeId, e: &NodeEvent) -> Option<(NodeId, String)> {
     match e {
         NodeEvent::Refused(why) => Some((who, why.clone())),
+        NodeEvent::RefusedMore { count, last } => {
+            Some((who, format!("{count} more refused, the last: {last}")))
+        }
         NodeEvent::Suspect(peer) => Some((who, format!("suspects {peer}"))),
         _ => None,
     }

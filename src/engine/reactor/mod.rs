@@ -35,6 +35,7 @@ mod accept;
 mod conn;
 mod driver;
 mod epoll;
+mod refusals;
 mod ring;
 mod strangers;
 
@@ -52,6 +53,7 @@ use driver::Driver;
 use epoll::Epoll;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Poll, Token};
+use refusals::{Refusals, Verdict};
 use ring::{live, Ring, GEN_MASK};
 use std::collections::HashMap;
 use std::io::ErrorKind;
@@ -111,7 +113,18 @@ pub enum NodeEvent {
     /// A connection was refused or dropped for a reason (bad frame, failed handshake, ...).
     /// An authenticated peer's connection that ends says so after its `Suspect`, as
     /// "`peer`: reason" (closed by the peer, reset, a bad frame, too much queued for it).
+    /// A node reports at most 16 of these a second one by one; the rest come as
+    /// [`RefusedMore`](Self::RefusedMore) (see `refusals.rs`).
     Refused(String),
+    /// `count` more refusals than were reported one by one in the last second (or, when the
+    /// node stops, since the last report), and the last one's reason. Every refusal is either
+    /// a [`Refused`](Self::Refused) or counted in one of these.
+    RefusedMore {
+        /// How many.
+        count: u64,
+        /// The last one's reason.
+        last: String,
+    },
     /// A connection to a known peer failed: reported to the protocol as a suspected failure.
     Suspect(NodeId),
     /// The protocol reported an event.
@@ -183,6 +196,8 @@ struct Host<P> {
     accept_failing: bool,
     /// Accepted connections not yet authenticated.
     strangers: Strangers,
+    /// Its refusal reports in the current window.
+    refusals: Refusals,
 }
 
 /// What a reactor timer is for: a hosted node's protocol timer, or one of the engine's own
@@ -196,6 +211,8 @@ enum Due {
     Handshake(usize),
     /// Hosted node `h`'s listener has rested long enough ([`accept::AcceptFailure::Rest`]).
     Listener(usize),
+    /// Hosted node `h`'s window of refusal reports ends (see `refusals.rs`).
+    Refusals(usize),
 }
 
 /// The event loop of one thread and the nodes it hosts, doing its I/O through `D` (see
@@ -300,6 +317,7 @@ where
                 retire: spec.retire,
                 accept_failing: false,
                 strangers: Strangers::default(),
+                refusals: Refusals::default(),
             }));
         }
         let clock = Clock::since(cfg.epoch);
@@ -341,6 +359,36 @@ where
     fn emit(&self, h: usize, e: NodeEvent) {
         if let Some(id) = self.id_of(h) {
             let _ = self.events.send((id, e));
+        }
+    }
+
+    /// Hosted node `h` refused or dropped a connection, for `why`: reported now, or counted
+    /// and reported when its window ends (see `refusals.rs`).
+    fn refuse(&mut self, h: usize, why: String) {
+        let now = self.now();
+        let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
+            return;
+        };
+        match host.refusals.refused(now, &why) {
+            Verdict::Held => {}
+            Verdict::Report { until } => {
+                if let Some(at) = until {
+                    self.timers.set(Due::Refusals(h), at);
+                }
+                self.emit(h, NodeEvent::Refused(why));
+            }
+        }
+    }
+
+    /// Hosted node `h`'s window of refusal reports has ended: report what it held, if any.
+    fn refusals_window_ended(&mut self, h: usize) {
+        let now = self.now();
+        let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
+            return;
+        };
+        if let Some((count, last, until)) = host.refusals.window_ended(now) {
+            self.timers.set(Due::Refusals(h), until);
+            self.emit(h, NodeEvent::RefusedMore { count, last });
         }
     }
 
@@ -465,6 +513,7 @@ where
                         }
                         Due::Handshake(slot) => self.handshake_overdue(slot)?,
                         Due::Listener(h) => self.wake_listener(h)?,
+                        Due::Refusals(h) => self.refusals_window_ended(h),
                     }
                     active = true;
                 }
@@ -504,7 +553,7 @@ where
                 "accept: {e}; the listener tries again every {} ms",
                 ACCEPT_RETRY.as_millis()
             );
-            self.emit(h, NodeEvent::Refused(why));
+            self.refuse(h, why);
         }
     }
 
@@ -556,6 +605,10 @@ where
     /// Kill hosted node `h`: its listener and connections close, its timers and undelivered
     /// messages go, and its protocol is handed back.
     fn stop_node(&mut self, h: usize, ending: Ending) -> Result<(), EngineError> {
+        let held = self.hosts.get_mut(h).and_then(|x| x.as_mut());
+        if let Some((count, last)) = held.and_then(|host| host.refusals.take()) {
+            self.emit(h, NodeEvent::RefusedMore { count, last });
+        }
         let Some(mut host) = self.hosts.get_mut(h).and_then(|x| x.take()) else {
             return Ok(());
         };
@@ -580,8 +633,9 @@ where
                 }
             }
         }
-        self.timers
-            .cancel_where(|d| matches!(*d, Due::Protocol(x, _) | Due::Listener(x) if x == h));
+        self.timers.cancel_where(
+            |d| matches!(*d, Due::Protocol(x, _) | Due::Listener(x) | Due::Refusals(x) if x == h),
+        );
         self.inbox.retain(|&(x, _, _)| x != h);
         let _ = host.retire.send(host.proto);
         Ok(())
@@ -653,7 +707,7 @@ where
     /// reactor and its other connections go on.
     pub(super) fn not_opened(&mut self, h: usize, dialed: Option<NodeId>, why: String) {
         let Some(to) = dialed else {
-            self.emit(h, NodeEvent::Refused(why));
+            self.refuse(h, why);
             return;
         };
         self.emit(h, NodeEvent::Suspect(to));
@@ -661,7 +715,7 @@ where
         if let Some(host) = self.hosts[h].as_mut() {
             host.proto.on_suspect(now, to, &mut self.outbox);
         }
-        self.emit(h, NodeEvent::Refused(format!("{to}: {why}")));
+        self.refuse(h, format!("{to}: {why}"));
     }
 
     /// Start hosted node `h`'s handshake on a new connection and register it; `None` if it
@@ -771,7 +825,7 @@ where
         let why = if authenticated {
             Some(why)
         } else {
-            self.emit(h, NodeEvent::Refused(why));
+            self.refuse(h, why);
             None
         };
         let now = self.now();
@@ -788,7 +842,7 @@ where
         self.emit(h, NodeEvent::Suspect(peer));
         let carried_out = self.apply_outbox(h);
         if let Some(why) = why {
-            self.emit(h, NodeEvent::Refused(format!("{peer}: {why}")));
+            self.refuse(h, format!("{peer}: {why}"));
         }
         carried_out
     }
@@ -1023,7 +1077,7 @@ where
             &mut conn.queued
         };
         if let Err(e) = buf.push_msg(&msg) {
-            self.emit(h, NodeEvent::Refused(e.to_string()));
+            self.refuse(h, e.to_string());
             return Ok(());
         }
         let generation = conn.generation;
@@ -1049,7 +1103,7 @@ where
             .and_then(|x| x.as_ref())
             .and_then(|x| x.peers.get(&to))
         else {
-            self.emit(h, NodeEvent::Refused(format!("no address for {to}")));
+            self.refuse(h, format!("no address for {to}"));
             return Ok(None);
         };
         let (stream, connecting) = match D::dial_socket(addr) {
