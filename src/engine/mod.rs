@@ -69,9 +69,10 @@ impl fmt::Display for Backend {
 /// Why the engine could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// A socket or poll call failed.
+    /// A socket or poll call failed. Said in the message, not chained as a source: the
+    /// CLI prints error chains, and said twice it read "I/O: X: X".
     #[error("I/O: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The requested backend cannot run.
     #[error("backend {0}: {1}")]
     Backend(Backend, String),
@@ -89,23 +90,23 @@ pub enum EngineError {
     Config(String),
 }
 
+impl From<std::io::Error> for EngineError {
+    fn from(e: std::io::Error) -> Self {
+        EngineError::Io(e)
+    }
+}
+
 static FALLBACK_NOTICE: Once = Once::new();
 
 /// The backend to use: `requested`, else `WEFT_BACKEND`, else io_uring when this kernel and
 /// sandbox allow it (probed once: a ring and a provided-buffer ring are set up), else poll,
 /// saying once on stderr why. A forced io_uring that cannot run is an error, never a fallback.
+///
+/// The probe's small ring can pass where a reactor's full-sized one is refused (a locked-memory
+/// limit that the probe fits in and every reactor's ring together does not): a reactor of an
+/// automatic choice then runs on poll ([`reactor::ReactorConfig::fallback`]).
 pub fn choose_backend(requested: Option<Backend>) -> Result<Backend, EngineError> {
-    let forced = match requested {
-        Some(b) => Some(b),
-        None => match std::env::var("WEFT_BACKEND") {
-            Ok(v) if v.trim().eq_ignore_ascii_case("uring") => Some(Backend::Uring),
-            Ok(v) if v.trim().eq_ignore_ascii_case("poll") => Some(Backend::Poll),
-            Ok(v) if v.trim().is_empty() => None,
-            Ok(v) => return Err(EngineError::BadBackendEnv(v)),
-            Err(_) => None,
-        },
-    };
-    match forced {
+    match forced_backend(requested)? {
         Some(Backend::Uring) => match uring_unavailable() {
             None => Ok(Backend::Uring),
             Some(why) => Err(EngineError::Backend(Backend::Uring, why)),
@@ -114,13 +115,33 @@ pub fn choose_backend(requested: Option<Backend>) -> Result<Backend, EngineError
         None => match uring_unavailable() {
             None => Ok(Backend::Uring),
             Some(why) => {
-                FALLBACK_NOTICE.call_once(|| {
-                    eprintln!("weft: io_uring unavailable ({why}); using the poll (epoll) backend")
-                });
+                say_fallback(&why, "using the poll (epoll) backend");
                 Ok(Backend::Poll)
             }
         },
     }
+}
+
+/// The backend `requested`, else the one `WEFT_BACKEND` names; `None` for the automatic
+/// choice.
+pub fn forced_backend(requested: Option<Backend>) -> Result<Option<Backend>, EngineError> {
+    if requested.is_some() {
+        return Ok(requested);
+    }
+    match std::env::var("WEFT_BACKEND") {
+        Ok(v) if v.trim().eq_ignore_ascii_case("uring") => Ok(Some(Backend::Uring)),
+        Ok(v) if v.trim().eq_ignore_ascii_case("poll") => Ok(Some(Backend::Poll)),
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => Err(EngineError::BadBackendEnv(v)),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Say on stderr, once per process, that io_uring could not be used (`why`) and what happens
+/// instead (`instead`): the fallback is never silent, and a process with a reactor per core
+/// does not say it per reactor.
+pub(crate) fn say_fallback(why: &str, instead: &str) {
+    FALLBACK_NOTICE.call_once(|| eprintln!("weft: io_uring unavailable ({why}); {instead}"));
 }
 
 /// Why io_uring cannot be used, or `None`. Probed once per process.

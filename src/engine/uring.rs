@@ -604,27 +604,56 @@ fn transient(e: &io::Error) -> bool {
 }
 
 /// Why io_uring cannot be used here, or `None` if it can (a ring and a buffer ring set up).
+/// `kernel.io_uring_disabled` (Linux 6.6+): 0 allows everyone, 1 only members of
+/// `kernel.io_uring_group` and holders of CAP_SYS_ADMIN, 2 no one.
 pub fn unavailable() -> Option<String> {
-    if let Ok(v) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
-        if v.trim() == "2" {
-            return Some("kernel.io_uring_disabled = 2".into());
-        }
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled");
+    if disabled.is_ok_and(|v| v.trim() == "2") {
+        return Some("kernel.io_uring_disabled = 2: io_uring is off for every process".into());
     }
-    match Uring::new(8, 2, 4096) {
-        Ok(_) => None,
-        Err(e) => Some(match e.raw_os_error() {
-            Some(libc::ENOSYS) => "the kernel has no io_uring (ENOSYS)".into(),
-            Some(libc::EPERM) => {
-                "io_uring is forbidden here (EPERM: seccomp or io_uring_disabled)".into()
-            }
-            Some(libc::ENOMEM) => {
-                "cannot lock memory for the ring (ENOMEM: RLIMIT_MEMLOCK too low)".into()
-            }
-            Some(libc::EINVAL) => {
-                "the kernel lacks the io_uring features weft needs (EINVAL)".into()
-            }
-            _ => format!("io_uring setup failed: {e}"),
-        }),
+    Uring::new(8, 2, 4096).err().map(|e| refusal(&e))
+}
+
+/// Whether a ring's set-up failed because this process may not have one here (no permission,
+/// not enough lockable memory), rather than for a bug or a setting: a reason to fall back.
+pub fn refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPERM | libc::ENOMEM | libc::ENOSYS)
+    )
+}
+
+/// In words, why setting up a ring failed with `e`.
+pub fn refusal(e: &io::Error) -> String {
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_default();
+    match e.raw_os_error() {
+        Some(libc::ENOSYS) => "the kernel has no io_uring (ENOSYS)".into(),
+        Some(libc::EPERM) if disabled == "1" => "kernel.io_uring_disabled = 1 and this process is \
+             neither in kernel.io_uring_group nor holds CAP_SYS_ADMIN (EPERM)"
+            .into(),
+        Some(libc::EPERM) => "io_uring is forbidden here (EPERM: a seccomp filter, as in a \
+             container's default profile)"
+            .into(),
+        Some(libc::ENOMEM) => {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit writes one rlimit we own.
+            let limit = match unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } {
+                0 if lim.rlim_cur == libc::RLIM_INFINITY => "unlimited".to_owned(),
+                0 => format!("{} KiB", lim.rlim_cur / 1024),
+                _ => "unknown".to_owned(),
+            };
+            format!(
+                "cannot lock memory for the ring (ENOMEM: RLIMIT_MEMLOCK too low, {limit} for \
+                 this user's rings; `ulimit -l` raises it)"
+            )
+        }
+        Some(libc::EINVAL) => "the kernel lacks the io_uring features weft needs (EINVAL)".into(),
+        _ => format!("io_uring setup failed: {e}"),
     }
 }
 

@@ -85,6 +85,9 @@ pub struct NodeHandle<P> {
     pub id: NodeId,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The backend its reactor runs on: the one chosen, or poll where an automatic choice of
+    /// io_uring could not have a ring for this reactor (see [`ReactorConfig::fallback`]).
+    pub backend: Backend,
     commands: Sender<Command>,
     waker: Arc<Waker>,
     /// Its protocol, once the node stopped.
@@ -286,6 +289,7 @@ where
             retired,
             own: None,
             stopped: false,
+            backend,
         });
         let identity = Identity {
             job_id: opts.job_id,
@@ -298,6 +302,7 @@ where
         wait: opts.wait,
         max_body: opts.max_body,
         backend,
+        fallback: crate::engine::forced_backend(opts.backend)?.is_none(),
         epoch,
         recv_buffers: opts.recv_buffers,
         ring_entries: opts.ring_entries,
@@ -332,18 +337,22 @@ where
             .collect();
         match Started::new(cfg, poll, hosts, rx, events) {
             Ok(reactor) => {
-                let _ = ready.send(None);
+                let _ = ready.send(Ok(reactor.backend()));
                 reactor.run()
             }
             Err(e) => {
-                let _ = ready.send(Some(e));
+                let _ = ready.send(Err(e));
                 Ok(())
             }
         }
     })?;
     match set_up.recv() {
-        Ok(None) => {}
-        Ok(Some(e)) => {
+        Ok(Ok(runs_on)) => {
+            for h in &mut handles {
+                h.backend = runs_on;
+            }
+        }
+        Ok(Err(e)) => {
             let _ = thread.join();
             return Err(e);
         }
@@ -360,6 +369,24 @@ where
         },
         handles,
     ))
+}
+
+/// The backends of a run's reactors as reports name them: `uring`, `poll`, or `uring+poll`
+/// when an automatic choice had some reactors fall back ([`NodeHandle::backend`]).
+pub fn backend_name(backends: impl IntoIterator<Item = Backend>) -> String {
+    let (mut uring, mut poll) = (false, false);
+    for b in backends {
+        match b {
+            Backend::Uring => uring = true,
+            Backend::Poll => poll = true,
+        }
+    }
+    match (uring, poll) {
+        (true, true) => "uring+poll",
+        (true, false) => "uring",
+        _ => "poll",
+    }
+    .to_owned()
 }
 
 /// Start one node on a reactor thread of its own. It reports on `events`, which the caller
@@ -486,6 +513,12 @@ where
             result = result.and(r.join());
         }
         result
+    }
+
+    /// What its nodes run on, as reports name it: the backend, or `uring+poll` when some
+    /// reactors fell back to poll and others did not ([`NodeHandle::backend`]).
+    pub fn backend_name(&self) -> String {
+        backend_name(self.nodes.iter().map(|n| n.backend))
     }
 
     /// Stop every reactor (as [`Cluster::shutdown`]) and return every node's protocol, in id

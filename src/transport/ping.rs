@@ -4,7 +4,7 @@
 
 use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
-use crate::engine::{choose_backend, EngineError, StealMeter, StealTally};
+use crate::engine::{EngineError, StealMeter, StealTally};
 use crate::metrics::{histogram, median_interval, summarize, MedianInterval};
 use crate::proto::ping::PingPong;
 use crate::proto::Event;
@@ -85,13 +85,12 @@ fn rows_from(
 /// threshold (pinned, one reactor per node's core).
 pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<PingRow>, EngineError> {
     let steal = StealMeter::start();
-    let backend = choose_backend(opts.backend)?;
-    let rtts = engine_rtts(sizes, iters, backend, opts.clone())?;
+    let (rtts, backend) = engine_rtts(sizes, iters, opts.clone())?;
     let congestion = crate::engine::congestion::resolve(opts.congestion.as_deref())?;
     Ok(rows_from(
         &rtts,
         sizes,
-        &backend.to_string(),
+        &backend,
         &opts.wait.to_string(),
         &congestion,
         steal.pct(),
@@ -115,24 +114,28 @@ pub fn compare(
     peer_congestion: Option<&str>,
 ) -> Result<(Vec<PingRow>, Vec<PingRow>), EngineError> {
     use crate::engine::congestion::resolve;
-    let backend = choose_backend(opts.backend)?;
     let our_cc = resolve(opts.congestion.as_deref())?;
     let peer_cc = resolve(peer_congestion)?;
     let rounds = rounds.clamp(1, iters.max(1));
     let (mut ours, mut peers) = (HashMap::new(), HashMap::new());
     let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
     let mut per_round: HashMap<usize, (Vec<f64>, Vec<f64>)> = HashMap::new();
-    let (backend_name, wait) = (backend.to_string(), opts.wait.to_string());
+    let wait = opts.wait.to_string();
+    // What each round's reactors ran on (the same, unless reactors fell back to poll).
+    let mut ran_on = Vec::new();
     for r in 0..rounds {
         // Spread the remainder so that the rounds add up to `iters`.
         let n = iters / rounds + u64::from(r < iters % rounds);
         let steal = StealMeter::start();
-        let our = engine_rtts(sizes, n, backend, opts.clone())?;
+        let (our, backend) = engine_rtts(sizes, n, opts.clone())?;
         our_steal = our_steal.with(&steal);
         let steal = StealMeter::start();
         let peer = std_busy_poll_rtts(sizes, n, peer_congestion)?;
         peer_steal = peer_steal.with(&steal);
-        let ours_now = rows_from(&our, sizes, &backend_name, &wait, &our_cc, None);
+        let ours_now = rows_from(&our, sizes, &backend, &wait, &our_cc, None);
+        if !ran_on.contains(&backend) {
+            ran_on.push(backend);
+        }
         let peer_now = rows_from(&peer, sizes, "std-busy", "busy", &peer_cc, None);
         for (o, p) in ours_now.iter().zip(&peer_now) {
             let (p50, mb) = per_round.entry(o.size).or_default();
@@ -142,7 +145,11 @@ pub fn compare(
         merge(&mut ours, our);
         merge(&mut peers, peer);
     }
-    let mut weft = rows_from(&ours, sizes, &backend_name, &wait, &our_cc, our_steal.pct());
+    let backend = match ran_on.as_slice() {
+        [one] => one.clone(),
+        _ => "uring+poll".to_owned(),
+    };
+    let mut weft = rows_from(&ours, sizes, &backend, &wait, &our_cc, our_steal.pct());
     for row in &mut weft {
         if let Some((p50, mb)) = per_round.get(&row.size) {
             row.p50_ratio = median_interval(p50);
@@ -168,18 +175,14 @@ fn merge(into: &mut HashMap<usize, Vec<u64>>, from: HashMap<usize, Vec<u64>>) {
     }
 }
 
-/// [`engine`]'s raw round-trip times in nanoseconds, per size, on `backend`.
+/// [`engine`]'s raw round-trip times in nanoseconds, per size, and what the two nodes ran on
+/// ([`Cluster::backend_name`]).
 fn engine_rtts(
     sizes: &[usize],
     iters: u64,
-    backend: crate::engine::Backend,
     opts: NodeOptions,
-) -> Result<HashMap<usize, Vec<u64>>, EngineError> {
-    let opts = NodeOptions {
-        backend: Some(backend),
-        pin: true,
-        ..opts
-    };
+) -> Result<(HashMap<usize, Vec<u64>>, String), EngineError> {
+    let opts = NodeOptions { pin: true, ..opts };
     let warmup = (iters / 10).clamp(10, 1000);
     let plan = sizes.to_vec();
     let cluster = Cluster::start(2, opts, move |i, ids| {
@@ -205,6 +208,7 @@ fn engine_rtts(
             }
         }
     }
+    let backend = cluster.backend_name();
     let pinger = cluster
         .stop_all()?
         .into_iter()
@@ -214,7 +218,7 @@ fn engine_rtts(
     for &(size, rtt) in pinger.samples() {
         rtts.entry(size).or_default().push(rtt);
     }
-    Ok(rtts)
+    Ok((rtts, backend))
 }
 
 fn pin(core: usize) {

@@ -4,7 +4,7 @@
 
 use super::{Cluster, NodeOptions};
 use crate::engine::reactor::NodeEvent;
-use crate::engine::{choose_backend, EngineError};
+use crate::engine::EngineError;
 use crate::proto::relay::Relay;
 use crate::proto::Event;
 use serde::Serialize;
@@ -41,9 +41,7 @@ pub fn per_message_cost(
             "the relay needs at least 2 nodes and 1 to `nodes` tokens".into(),
         ));
     }
-    let backend = choose_backend(opts.backend)?;
-    let mut opts = opts.clone();
-    opts.backend = Some(backend);
+    let opts = opts.clone();
     let reactors = opts
         .reactors
         .unwrap_or_else(crate::engine::online_cpus)
@@ -69,6 +67,7 @@ pub fn per_message_cost(
             }
         }
     }
+    let backend = cluster.backend_name();
     let relays = cluster.stop_all()?;
     let start = relays.iter().filter_map(|r| r.warm_at()).min();
     let end = relays.iter().filter_map(|r| r.done_at()).max();
@@ -86,6 +85,6 @@ pub fn per_message_cost(
         messages,
         window_us: window,
         c_us: window * reactors as f64 / messages.max(1) as f64,
-        backend: backend.to_string(),
+        backend,
     })
 }

@@ -2,7 +2,8 @@
 //! for what in-process nodes report ([`events`]), build the BMG on real sockets
 //! ([`overlay`]), check that a node still serves ([`serving`]), shake hands by hand
 //! ([`handshake`]), refuse io_uring calls with real seccomp filters ([`seccomp`]), keep a
-//! reactor busy or stall it ([`ticking`]).
+//! reactor busy or stall it ([`ticking`]), run a child as an unprivileged user
+//! ([`unprivileged`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
@@ -11,6 +12,7 @@ pub mod overlay;
 pub mod seccomp;
 pub mod serving;
 pub mod ticking;
+pub mod unprivileged;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -143,6 +143,11 @@ pub struct ReactorConfig {
     /// Time zero of the protocol's clock. Nodes of one process that share it report times
     /// that can be compared (a detection on one node, a stabilization on another).
     pub epoch: Instant,
+    /// `backend` is an automatic choice: if this reactor may not have a ring here
+    /// ([`crate::engine::uring::refused`]: no permission, too little lockable memory for one
+    /// more ring), it runs on poll and the process says so once. A forced io_uring fails the
+    /// start instead, with the reason.
+    pub fallback: bool,
     /// io_uring provided buffers: how many (a power of two) and how large.
     pub recv_buffers: (u16, u32),
     /// io_uring submission queue entries (1 to 32768; the kernel rounds up to a power of
@@ -274,10 +279,38 @@ where
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
     ) -> Result<Self, EngineError> {
-        Ok(Self(match cfg.backend {
-            Backend::Poll => Either::Poll(Reactor::new(cfg, poll, hosts, commands, events)?),
-            Backend::Uring => Either::Uring(Reactor::new(cfg, poll, hosts, commands, events)?),
-        }))
+        if cfg.backend == Backend::Uring {
+            let refusal = match <Ring as Driver<P>>::new(&cfg, &poll) {
+                Ok(io) => {
+                    let r = Reactor::new(io, cfg, poll, hosts, commands, events)?;
+                    return Ok(Self(Either::Uring(r)));
+                }
+                Err(EngineError::Io(e)) if crate::engine::uring::refused(&e) => {
+                    crate::engine::uring::refusal(&e)
+                }
+                Err(e) => return Err(e),
+            };
+            if !cfg.fallback {
+                return Err(EngineError::Backend(Backend::Uring, refusal));
+            }
+            crate::engine::say_fallback(&refusal, "a reactor without a ring uses poll (epoll)");
+        }
+        let cfg = ReactorConfig {
+            backend: Backend::Poll,
+            ..cfg
+        };
+        let io = <Epoll as Driver<P>>::new(&cfg, &poll)?;
+        let r = Reactor::new(io, cfg, poll, hosts, commands, events)?;
+        Ok(Self(Either::Poll(r)))
+    }
+
+    /// The backend it runs on: the one asked for, or poll if it fell back
+    /// ([`ReactorConfig::fallback`]).
+    pub fn backend(&self) -> Backend {
+        match self.0 {
+            Either::Poll(_) => Backend::Poll,
+            Either::Uring(_) => Backend::Uring,
+        }
     }
 
     /// Run until [`Command::Stop`]; every node's protocol goes back through its `retire`.
@@ -294,13 +327,13 @@ where
     P::Msg: WireMsg,
 {
     fn new(
+        mut io: D,
         cfg: ReactorConfig,
         poll: Poll,
         hosts: Vec<HostSpec<P>>,
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
     ) -> Result<Self, EngineError> {
-        let mut io = D::new(&cfg, &poll)?;
         let mut hosted = Vec::with_capacity(hosts.len());
         let mut by_id = IdMap::default();
         for (h, spec) in hosts.into_iter().enumerate() {
