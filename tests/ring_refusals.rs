@@ -3,13 +3,17 @@
 //! The requests stay queued; a reactor that meets such a refusal submits them on a later
 //! turn and its nodes never notice, even when a turn queues more requests than the
 //! submission queue holds. Here a seccomp supervisor refuses two in a row of every five
-//! `io_uring_enter` calls of the nodes' reactors, cycling through the three errors.
+//! `io_uring_enter` calls of the nodes' reactors, cycling through the three errors; and a
+//! blocked reactor that meets a spell of refusals pauses between its tries instead of spinning.
 
 mod common;
 
-use common::events::wait_done;
+use common::events::{collect, wait_done};
 use common::overlay::builds_the_bmg;
 use common::seccomp::EnterRefusals;
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
 use weft::transport::{Cluster, NodeOptions};
@@ -104,4 +108,65 @@ fn a_full_submission_queue_the_kernel_refuses_loses_nothing() {
         );
         eprintln!("{wait:?}: {refused} io_uring_enter calls refused, {passed} let through");
     });
+}
+
+/// A blocked reactor whose `io_uring_enter` calls the kernel refuses for a spell tries again
+/// once a millisecond, not in a loop that takes a core from a machine already short of
+/// memory; and when the spell ends it serves what came meanwhile (here a stranger's garbage,
+/// refused).
+#[test]
+fn a_blocked_reactor_pauses_between_refused_enters() {
+    if let Some(why) = weft::engine::uring_unavailable() {
+        eprintln!("io_uring unavailable here ({why}): skipped");
+        return;
+    }
+    const SPELL: Duration = Duration::from_millis(400);
+    let opts = NodeOptions {
+        wait: WaitMode::Block,
+        pin: false,
+        backend: Some(Backend::Uring),
+        ..NodeOptions::default()
+    };
+    let (tries, seen) = std::thread::spawn(move || {
+        // No refusals (none of every 1000) until the spell.
+        let refusals = EnterRefusals::install(1000, 0, &[libc::EAGAIN]).expect("seccomp");
+        let c = Cluster::start(2, opts, |_, _| PingPong::ponger()).expect("start");
+        std::thread::sleep(Duration::from_millis(100));
+        refusals.refuse_all(true);
+        let before = refusals.refused();
+        // An accept and a receive complete, which the reactor cannot reap without entering.
+        let mut s = TcpStream::connect(c.nodes[1].addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        std::thread::sleep(SPELL);
+        let tries = refusals.refused() - before;
+        refusals.refuse_all(false);
+        let seen = collect(&c.events, 10, |s| refusals_of(s) > 0);
+        c.stop_all().expect("stop");
+        (tries, seen)
+    })
+    .join()
+    .expect("the filtered thread");
+    eprintln!("{tries} refused enters in {} ms", SPELL.as_millis());
+    assert!(
+        tries > 0,
+        "the reactor never tried to enter during the spell"
+    );
+    // A millisecond apart, a turn's two or three enters: about 1200 at most in the spell; in a
+    // loop each costs a round trip to the supervisor, tens of microseconds.
+    let most = 4 * SPELL.as_millis() as u64;
+    assert!(
+        tries < most,
+        "{tries} enters in {SPELL:?}: the reactor spun"
+    );
+    assert!(
+        refusals_of(&seen) > 0,
+        "the stranger was not served after the spell: {seen:?}"
+    );
+}
+
+/// How many refusals `seen` holds.
+fn refusals_of(seen: &[(weft::NodeId, weft::engine::reactor::NodeEvent)]) -> usize {
+    seen.iter()
+        .filter(|(_, e)| matches!(e, weft::engine::reactor::NodeEvent::Refused(_)))
+        .count()
 }

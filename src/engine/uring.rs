@@ -115,6 +115,8 @@ pub struct Uring {
     /// Requests that found the submission queue full while the kernel refused to take it
     /// ([`transient`]): they go in, in order, before any later one.
     waiting: VecDeque<squeue::Entry>,
+    /// The kernel refused the last enter ([`transient`]); cleared by one it takes.
+    refused: bool,
     /// Signalled by the kernel when completions or deferred completion work arrive.
     wake: OwnedFd,
     /// Whether the kernel signals `wake` (see [`Uring::set_wakeups`]).
@@ -179,6 +181,7 @@ impl Uring {
             outstanding: 0,
             abandoned: false,
             waiting: VecDeque::new(),
+            refused: false,
             wake,
             wakeups: true,
             recv_limit: None,
@@ -229,6 +232,21 @@ impl Uring {
         let flagged = sq.taskrun() || sq.cq_overflow();
         drop(sq);
         flagged || self.stuck() || !self.ring.completion().is_empty()
+    }
+
+    /// How soon a reactor about to block must look at the ring again although nothing will
+    /// signal it: at once for completions, or for work [`Self::has_work`] sees; after `pause`
+    /// if the kernel refused the last enter, for a refused kernel is short of memory or busy
+    /// with overflowed completions, and asking again at once would spin a blocking reactor
+    /// on a core for as long as that lasts. `None`: it may block.
+    pub fn work_due(&mut self, pause: Duration) -> Option<Duration> {
+        if !self.ring.completion().is_empty() {
+            return Some(Duration::ZERO);
+        }
+        if !self.has_work() {
+            return None;
+        }
+        Some(if self.refused { pause } else { Duration::ZERO })
     }
 
     /// Return buffer `bid` to the kernel.
@@ -308,11 +326,16 @@ impl Uring {
     /// How many requests it took; a [`transient`] refusal takes none and leaves them queued
     /// for a later turn (and [`Self::has_work`] true, so the reactor does not block on them).
     fn enter(&mut self) -> io::Result<usize> {
-        match self.ring.submit() {
+        let entered = match self.ring.submit() {
             Ok(n) => Ok(n),
-            Err(e) if transient(&e) => Ok(0),
+            Err(e) if transient(&e) => {
+                self.refused = true;
+                return Ok(0);
+            }
             Err(e) => Err(e),
-        }
+        };
+        self.refused = false;
+        entered
     }
 
     /// Send the buffers `hdr` describes on `fd`, reported with `user_data`. Zero-copy (`zc`):

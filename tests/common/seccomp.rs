@@ -88,10 +88,12 @@ pub fn refuse_io_uring(cmd: &mut Command, errno: i32) -> &mut Command {
 /// Refusals of `io_uring_enter`: from [`EnterRefusals::install`] on, every `io_uring_enter` of
 /// the calling thread, and of every thread it starts afterwards, waits for a supervisor
 /// thread (a seccomp user notification). Of every `period` calls the supervisor refuses the
-/// last `run` in a row, each with the next of `errnos`, and lets the others run as asked.
-/// Other threads are not filtered.
+/// last `run` in a row (or, in a spell of [`EnterRefusals::refuse_all`], every one), each with
+/// the next of `errnos`, and lets the others run as asked. Other threads are not filtered.
 pub struct EnterRefusals {
     stop: Arc<AtomicBool>,
+    /// Refuse every call, whatever the pattern ([`EnterRefusals::refuse_all`]).
+    all: Arc<AtomicBool>,
     refused: Arc<AtomicU64>,
     passed: Arc<AtomicU64>,
     supervisor: Option<JoinHandle<()>>,
@@ -124,17 +126,25 @@ impl EnterRefusals {
             OwnedFd::from_raw_fd(fd as i32)
         };
         let stop = Arc::new(AtomicBool::new(false));
+        let all = Arc::new(AtomicBool::new(false));
         let refused = Arc::new(AtomicU64::new(0));
         let passed = Arc::new(AtomicU64::new(0));
-        let (s, r, p) = (stop.clone(), refused.clone(), passed.clone());
+        let (s, a, r, p) = (stop.clone(), all.clone(), refused.clone(), passed.clone());
         let supervisor =
-            std::thread::spawn(move || supervise(listener, (period, run), errnos, s, r, p));
+            std::thread::spawn(move || supervise(listener, (period, run), errnos, s, a, r, p));
         Ok(Self {
             stop,
+            all,
             refused,
             passed,
             supervisor: Some(supervisor),
         })
+    }
+
+    /// From now on refuse every call (`true`: a spell of a kernel that takes nothing), or
+    /// go back to the pattern (`false`).
+    pub fn refuse_all(&self, on: bool) {
+        self.all.store(on, Ordering::Relaxed);
     }
 
     /// Calls refused so far.
@@ -165,6 +175,7 @@ fn supervise(
     (period, run): (u64, u64),
     errnos: &[i32],
     stop: Arc<AtomicBool>,
+    all: Arc<AtomicBool>,
     refused: Arc<AtomicU64>,
     passed: Arc<AtomicU64>,
 ) {
@@ -187,7 +198,7 @@ fn supervise(
             continue; // the caller was interrupted or is gone
         }
         calls += 1;
-        let refuse = calls % period >= period - run;
+        let refuse = all.load(Ordering::Relaxed) || calls % period >= period - run;
         let resp = libc::seccomp_notif_resp {
             id: req.id,
             val: 0,

@@ -51,8 +51,9 @@ where
     /// kernel's watch (see `Reactor::read_hot`).
     fn before_block(r: &mut Reactor<P, Self>) -> Result<(), EngineError>;
 
-    /// Whether work waits that a blocking wait would not wake for.
-    fn has_work(&mut self) -> bool;
+    /// How soon work is due that a blocking wait would not wake for: `Some(ZERO)` at once,
+    /// a pause when the kernel refused the last try, `None` if the reactor may block.
+    fn work_due(&mut self) -> Option<std::time::Duration>;
 
     /// After the wait: what the kernel completed. Whether anything came.
     fn after_wait(r: &mut Reactor<P, Self>, spinning: bool) -> Result<bool, EngineError>;

@@ -83,8 +83,8 @@ where
         Ok(())
     }
 
-    fn has_work(&mut self) -> bool {
-        false
+    fn work_due(&mut self) -> Option<std::time::Duration> {
+        None
     }
 
     fn after_wait(_r: &mut Reactor<P, Self>, _spinning: bool) -> Result<bool, EngineError> {

@@ -494,11 +494,19 @@ where
                 D::before_block(self)?;
             }
             if ask_epoll {
-                let mut timeout = if spinning || self.io.has_work() {
+                let mut timeout = if spinning {
                     Some(Duration::ZERO)
                 } else {
-                    let now = self.now();
-                    self.timers.next_in(now)
+                    match self.io.work_due() {
+                        Some(Duration::ZERO) => Some(Duration::ZERO),
+                        due => {
+                            let now = self.now();
+                            match (self.timers.next_in(now), due) {
+                                (Some(t), Some(d)) => Some(t.min(d)),
+                                (t, d) => t.or(d),
+                            }
+                        }
+                    }
                 };
                 // Lost connections are torn down once the reactor has nothing else to do
                 // (instead of blocking, or on a spinning turn after one that found no work),

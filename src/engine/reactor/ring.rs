@@ -36,6 +36,10 @@ pub(super) const DIRECT_MIN: usize = 64 * 1024;
 /// `before_closing_fds`); past that the reactor ends rather than close them.
 const CLOSE_PATIENCE: Duration = Duration::from_millis(100);
 
+/// How long a blocking reactor waits before it enters a ring whose last enter the kernel
+/// refused (see [`crate::engine::uring::Uring::work_due`]); a spinning one tries every turn.
+const REFUSED_PAUSE: Duration = Duration::from_millis(1);
+
 /// Generations are kept to 28 bits so that slot, generation and kind fit one `user_data`.
 pub(super) const GEN_MASK: u32 = (1 << 28) - 1;
 
@@ -208,8 +212,8 @@ where
         Ok(())
     }
 
-    fn has_work(&mut self) -> bool {
-        self.ring.has_work()
+    fn work_due(&mut self) -> Option<Duration> {
+        self.ring.work_due(REFUSED_PAUSE)
     }
 
     /// The completions; then, spinning, the hot connections' direct reads. After the
