@@ -29,11 +29,15 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 struct Disabled(String);
 
 impl Disabled {
-    /// Set the sysctl to `value`; `None` if it cannot be (not root, or a kernel before 6.6).
+    /// Set the sysctl to `value`; `None`, said as a skip, if it cannot be (a kernel before
+    /// 6.6 has no such sysctl).
     fn set(value: &str) -> Option<Self> {
-        let old = std::fs::read_to_string(SYSCTL).ok()?;
-        std::fs::write(SYSCTL, value).ok()?;
-        Some(Disabled(old))
+        let set = std::fs::read_to_string(SYSCTL)
+            .and_then(|old| std::fs::write(SYSCTL, value).map(|()| Disabled(old)));
+        if let Err(e) = &set {
+            eprintln!("SKIPPED io_uring_disabled = {value}: {SYSCTL}: {e}");
+        }
+        set.ok()
     }
 }
 
@@ -91,8 +95,7 @@ fn io_uring_disabled_for_everyone_falls_back_to_poll() {
     if !applicable("io_uring_disabled = 2") {
         return;
     }
-    let Some(_back) = Disabled::set("2") else {
-        eprintln!("SKIPPED io_uring_disabled = 2: no such sysctl (a kernel before 6.6)");
+    let Some(back) = Disabled::set("2") else {
         return;
     };
     ran_on(
@@ -106,7 +109,7 @@ fn io_uring_disabled_for_everyone_falls_back_to_poll() {
         .output()
         .unwrap();
     assert!(!forced.status.success(), "ran on a disabled io_uring");
-    drop(_back);
+    drop(back);
     ran_on(&ping(false, None), "uring", "", "root, disabled = 0");
 }
 
@@ -117,7 +120,6 @@ fn io_uring_for_privileged_processes_only_falls_back_for_a_job() {
         return;
     }
     let Some(back) = Disabled::set("1") else {
-        eprintln!("SKIPPED io_uring_disabled = 1: no such sysctl (a kernel before 6.6)");
         return;
     };
     ran_on(
