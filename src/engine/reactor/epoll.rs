@@ -233,7 +233,8 @@ where
 
     /// Spinning: take the hot connections that have nothing left to send out of epoll (see
     /// [`super::conn::Conn::watched`]); [`Reactor::read_hot`] reads them every turn, which
-    /// sees data, the end of the stream and errors alike.
+    /// sees data, the end of the stream and errors alike. Inlined, as `read_hot` is.
+    #[inline(always)]
     fn unwatch_hot(&mut self) {
         for i in 0..self.hot.len() {
             let (slot, generation) = self.hot[i];
