@@ -1,14 +1,15 @@
 //! A stranger that dials in a loop does not flood the node's events: the node reports a burst
 //! of refusals one by one and counts the rest, every refusal is accounted for, and the node
-//! serves a real peer afterwards. Both backends.
+//! serves a real peer afterwards. Both backends, and a `weft node` process's report lines.
 
 mod common;
 
 use common::events::collect;
+use common::node_process::start_node;
 use common::serving::still_serves;
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
@@ -80,4 +81,35 @@ fn a_stranger_flood_is_counted_not_listed_on(backend: Backend) {
     );
     assert!(more > 0, "{backend:?}: nothing was counted");
     still_serves(c, key, opts);
+}
+
+/// The same flood at a `weft node` process: its report lines stand for every refusal (a
+/// counted line says how many), and there are far fewer lines than strangers.
+#[test]
+fn a_node_process_prints_a_flood_as_counted_lines() {
+    let key = JobKey::from_bytes([22; 32]);
+    let (mut child, addr, lines) = start_node(&key, None);
+    for _ in 0..STRANGERS {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: weft\r\n\r\n")
+            .unwrap();
+    }
+    let (mut refused, mut printed) = (0u64, 0u64);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refused < STRANGERS && Instant::now() < deadline {
+        let Ok(l) = lines.recv_timeout(Duration::from_millis(50)) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(&l).expect("a JSON line");
+        if v["kind"] == "refused" {
+            refused += v["count"].as_u64().unwrap_or(1);
+            printed += 1;
+        }
+        seen.push(l);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(refused, STRANGERS, "{seen:?}");
+    assert!(printed < STRANGERS / 2, "{printed} lines for {STRANGERS}");
 }

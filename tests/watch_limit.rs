@@ -8,10 +8,8 @@
 mod common;
 
 use common::handshake::shake_hands;
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use common::node_process::start_node;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use weft::wire::handshake::{Identity, JobKey};
 use weft::NodeId;
@@ -55,34 +53,10 @@ fn watches_in_use() -> u64 {
     n
 }
 
-/// A one-node job on the poll backend; its address and its report lines.
-fn start_node(key: &JobKey) -> (Child, SocketAddr, Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["node", "--id", "0", "--nodes", "1", "--peers", ""])
-        .args(["--backend", "poll", "--wait", "block"])
-        .env("WEFT_JOB_KEY", key.to_hex())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run weft node");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a first line").expect("read");
-    let v: serde_json::Value = serde_json::from_str(&first).expect("json");
-    let addr = v["listening"].as_str().expect("listening").parse().unwrap();
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    (child, addr, rx)
-}
-
 #[test]
 fn a_connection_epoll_cannot_watch_is_refused_alone() {
     let key = JobKey::from_bytes([9; 32]);
-    let (mut child, addr, reports) = start_node(&key);
+    let (mut child, addr, reports) = start_node(&key, Some("poll"));
     let Some(limit) = Watches::limit_to_in_use_plus(32) else {
         let _ = child.kill();
         eprintln!("{SYSCTL} cannot be written here (not root): skipped");

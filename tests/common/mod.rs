@@ -3,11 +3,12 @@
 //! ([`overlay`]), check that a node still serves ([`serving`]), shake hands by hand
 //! ([`handshake`]), refuse io_uring calls with real seccomp filters ([`seccomp`]), keep a
 //! reactor busy or stall it ([`ticking`]), run a child as an unprivileged user
-//! ([`unprivileged`]).
+//! ([`unprivileged`]), run a one-node job as a `weft node` process ([`node_process`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
 pub mod handshake;
+pub mod node_process;
 pub mod overlay;
 pub mod seccomp;
 pub mod serving;
