@@ -50,7 +50,12 @@ impl Drop for Disabled {
 /// `weft ping`, as root or (`nobody`) as the unprivileged user with `memlock` bytes of
 /// `RLIMIT_MEMLOCK` if given.
 fn ping(nobody: bool, memlock: Option<u64>) -> Output {
-    let mut c = weft_command(&[], PING);
+    run(PING, nobody, memlock)
+}
+
+/// `weft` with `args`, as [`ping`] runs it.
+fn run(args: &[&str], nobody: bool, memlock: Option<u64>) -> Output {
+    let mut c = weft_command(&[], args);
     if nobody {
         as_nobody(&mut c, memlock);
     }
@@ -161,6 +166,26 @@ fn too_little_locked_memory_falls_back_to_poll() {
         );
         assert!(err.contains("RLIMIT_MEMLOCK too low"), "{case}: {err}");
     }
+    // A stabilization benchmark's in-process nodes fall back alike, and say so in its row.
+    let stabilize = &[
+        "bench",
+        "stabilize",
+        "--nodes",
+        "16",
+        "--repeat",
+        "2",
+        "--json",
+    ];
+    let out = run(stabilize, true, Some(32 << 10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stabilize, memlock 32 KiB: {err}");
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        row["backend"] == "poll" || row["backend"] == "uring+poll",
+        "stabilize, memlock 32 KiB: ran on {}",
+        row["backend"]
+    );
+    assert_eq!(row["views_agree"], true, "stabilize, memlock 32 KiB");
     // The same user with the limit it inherits (Debian's default is 8 MiB) uses io_uring.
     ran_on(&ping(true, None), "uring", "", "nobody, memlock inherited");
 }

@@ -195,5 +195,6 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         views_agree,
         // Other processes' CPU is not this process's to read.
         cpu: Duration::ZERO,
+        backend,
     })
 }

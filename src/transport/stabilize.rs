@@ -157,6 +157,9 @@ pub struct Trial {
     /// CPU this process used from the kill until the stabilization was seen (all reactors;
     /// with blocking reactors, the work of the failure, detection and stabilization).
     pub cpu: Duration,
+    /// What the nodes ran on ([`crate::transport::backend_name`]: `uring+poll` if some
+    /// reactors could not have a ring).
+    pub backend: String,
 }
 
 /// The membership settings of a benchmark node: probes (and greets its standby) once at start,
@@ -419,6 +422,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
                 .get(s)
                 .is_some_and(|(e, v)| *e == stable_epoch && v[..] == everyone[..])
         });
+    let backend = cluster.backend_name();
     cluster.shutdown()?;
     let admitted_at = admitted.map_or(stable_at, |a| a.1);
     Ok(Trial {
@@ -428,6 +432,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         epochs: stable_epoch,
         views_agree,
         cpu,
+        backend,
     })
 }
 
@@ -504,6 +509,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
             .get(s)
             .is_some_and(|(e, v)| *e == stable_epoch && v[..] == survivors[..])
     });
+    let backend = cluster.backend_name();
     // Stop everyone at once, so no survivor reacts to the others leaving one by one.
     cluster.shutdown()?;
     let detected = detected.unwrap_or(stable_at);
@@ -514,6 +520,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         epochs: stable_epoch,
         views_agree,
         cpu,
+        backend,
     })
 }
 
@@ -610,9 +617,13 @@ pub fn run(
     if repeat == 0 {
         return Err(BenchError::Config("--repeat must be at least 1".into()));
     }
-    let backend = crate::engine::choose_backend(cfg.opts.backend)?;
+    // Processes get the backend chosen here (`--backend`); in-process trials keep an
+    // automatic choice, so that reactors refused a ring fall back, and say what they ran on.
     let mut cfg = cfg.clone();
-    cfg.opts.backend = Some(backend);
+    if cfg.procs.is_some() {
+        cfg.opts.backend = Some(crate::engine::choose_backend(cfg.opts.backend)?);
+    }
+    let mut ran_on: Vec<String> = Vec::new();
     let mut ts = crate::metrics::histogram();
     let mut detect = crate::metrics::histogram();
     let mut samples = Vec::with_capacity(repeat as usize);
@@ -638,6 +649,9 @@ pub fn run(
         epochs_max = epochs_max.max(t.epochs);
         views_agree &= t.views_agree;
         cpu += t.cpu;
+        if !ran_on.contains(&t.backend) {
+            ran_on.push(t.backend.clone());
+        }
         each(rep, &t);
     }
     let steal_pct = steal.pct();
@@ -652,7 +666,10 @@ pub fn run(
         } else {
             cfg.fail.to_string()
         },
-        backend: backend.to_string(),
+        backend: match ran_on.as_slice() {
+            [one] => one.clone(),
+            _ => "uring+poll".into(),
+        },
         wait: cfg.opts.wait.to_string(),
         placement: cfg.procs.is_none().then_some(cfg.placement),
         repeat,
