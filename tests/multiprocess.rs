@@ -28,6 +28,8 @@ fn killed_processes_are_excluded_by_every_survivor() {
             .unwrap_or_else(|e| panic!("{backend} {fail}: {e}"));
             assert_eq!(trials, 2);
             assert!(r.views_agree && r.ts_p50_us > 0.0, "{r:?}");
+            // What the processes said they ran on (their `started` reports).
+            assert_eq!(r.backend, backend.to_string(), "{r:?}");
         }
     }
 }

@@ -166,8 +166,9 @@ fn too_little_locked_memory_falls_back_to_poll() {
         );
         assert!(err.contains("RLIMIT_MEMLOCK too low"), "{case}: {err}");
     }
-    // A stabilization benchmark's in-process nodes fall back alike, and say so in its row.
-    let stabilize = &[
+    // A stabilization benchmark's nodes fall back alike, in-process or each a `weft node`
+    // process (which the limit counts together: one user), and its row says so.
+    let stabilize = [
         "bench",
         "stabilize",
         "--nodes",
@@ -176,16 +177,21 @@ fn too_little_locked_memory_falls_back_to_poll() {
         "2",
         "--json",
     ];
-    let out = run(stabilize, true, Some(32 << 10));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "stabilize, memlock 32 KiB: {err}");
-    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(
-        row["backend"] == "poll" || row["backend"] == "uring+poll",
-        "stabilize, memlock 32 KiB: ran on {}",
-        row["backend"]
-    );
-    assert_eq!(row["views_agree"], true, "stabilize, memlock 32 KiB");
+    for procs in [false, true] {
+        let extra: &[&str] = if procs { &["--procs"] } else { &[] };
+        let args = [&stabilize[..], extra].concat();
+        let case = format!("stabilize, procs {procs}, memlock 32 KiB");
+        let out = run(&args, true, Some(32 << 10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case}: {err}");
+        let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            row["backend"] == "poll" || row["backend"] == "uring+poll",
+            "{case}: ran on {}",
+            row["backend"]
+        );
+        assert_eq!(row["views_agree"], true, "{case}");
+    }
     // The same user with the limit it inherits (Debian's default is 8 MiB) uses io_uring.
     ran_on(&ping(true, None), "uring", "", "nobody, memlock inherited");
 }

@@ -1,5 +1,6 @@
 //! `weft node`: one membership node as its own process. It prints `{"listening": ADDR}` first,
-//! then one JSON report per event (see `transport::process::Report`), until killed.
+//! then a `started` report with the backend it runs on, then one JSON report per event (see
+//! `transport::process::Report`), until killed.
 
 use anyhow::Context;
 use clap::Args;

@@ -7,7 +7,7 @@
 //! reports until the root reports the stabilization of a view equal to the survivors.
 
 use super::stabilize::{plan, BenchConfig, BenchError, Plan, Trial};
-use crate::engine::{choose_backend, monotonic_ns};
+use crate::engine::{forced_backend, monotonic_ns};
 use crate::wire::handshake::JobKey;
 use crate::NodeId;
 use std::collections::HashMap;
@@ -37,7 +37,7 @@ fn failed(what: impl std::fmt::Display) -> BenchError {
 }
 
 /// Start the processes and give each the others' addresses.
-fn start(exe: &Path, cfg: &BenchConfig, backend: &str) -> Result<Job, BenchError> {
+fn start(exe: &Path, cfg: &BenchConfig, backend: Option<&str>) -> Result<Job, BenchError> {
     let key = JobKey::generate().map_err(failed)?;
     let (tx, rx) = channel();
     let mut job = Job {
@@ -50,7 +50,8 @@ fn start(exe: &Path, cfg: &BenchConfig, backend: &str) -> Result<Job, BenchError
             .args(["node", "--id", &id.to_string(), "--nodes"])
             .arg(cfg.nodes.to_string())
             .args(["--peers-stdin", "--radix", &cfg.radix.to_string()])
-            .args(["--backend", backend, "--wait", &cfg.opts.wait.to_string()])
+            .args(backend.map(|b| ["--backend", b]).into_iter().flatten())
+            .args(["--wait", &cfg.opts.wait.to_string()])
             .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
             .args(["--batch-us", &cfg.batch.as_micros().to_string()])
             .args(["--orphan-hold-us", &cfg.orphan_hold.as_micros().to_string()])
@@ -98,8 +99,11 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         mut missing,
     } = plan(cfg, rep)?;
     let n = cfg.nodes;
-    let backend = choose_backend(cfg.opts.backend)?.to_string();
-    let mut job = start(exe, cfg, &backend)?;
+    // A forced backend is handed to every process; otherwise each chooses (and may fall
+    // back) on its own, and says what it runs on in its `started` report.
+    let forced = forced_backend(cfg.opts.backend)?.map(|b| b.to_string());
+    let mut job = start(exe, cfg, forced.as_deref())?;
+    let mut ran_on = Vec::new();
     let next = |job: &Job, deadline: Instant| {
         job.reports
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
@@ -117,6 +121,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
                 ),
             ));
         };
+        started(&r, &mut ran_on);
         if r["kind"] == "authenticated" {
             if let Some(p) = r["peer"].as_u64() {
                 missing.remove(&(NodeId(who), NodeId(p)));
@@ -124,7 +129,10 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         }
     }
     std::thread::sleep(Duration::from_millis(20) + Duration::from_micros(200) * n);
-    while job.reports.try_recv().is_ok() {} // start-up chatter
+    // Start-up chatter.
+    while let Ok((_, r)) = job.reports.try_recv() {
+        started(&r, &mut ran_on);
+    }
 
     let killed_at = monotonic_ns();
     for v in &victims {
@@ -195,6 +203,22 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         views_agree,
         // Other processes' CPU is not this process's to read.
         cpu: Duration::ZERO,
-        backend,
+        backend: match ran_on.as_slice() {
+            [one] => one.clone(),
+            [] => "unknown".into(),
+            _ => "uring+poll".into(),
+        },
     })
+}
+
+/// If `r` is a process's `started` report, note the backend it runs on in `ran_on`.
+fn started(r: &serde_json::Value, ran_on: &mut Vec<String>) {
+    if r["kind"] != "started" {
+        return;
+    }
+    if let Some(b) = r["backend"].as_str() {
+        if !ran_on.iter().any(|x| x == b) {
+            ran_on.push(b.to_owned());
+        }
+    }
 }

@@ -51,8 +51,13 @@ pub struct NodeProcess {
 pub struct Report {
     /// The reporting node.
     pub node: u64,
-    /// `authenticated`, `suspect`, `refused`, `detected`, `view`, `stabilized` or `joined`.
+    /// `started`, `authenticated`, `suspect`, `refused`, `detected`, `view`, `stabilized` or
+    /// `joined`.
     pub kind: &'static str,
+    /// The backend the node runs on (started): `uring`, or `poll` if it was forced or an
+    /// automatic choice fell back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     /// The peer concerned (authenticated, suspect, detected).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer: Option<u64>,
@@ -100,6 +105,7 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
     let base = |kind| Report {
         node: p.id.0,
         kind,
+        backend: None,
         peer: None,
         epoch: None,
         view: None,
@@ -107,6 +113,13 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
         count: None,
         mono_ns: monotonic_ns(),
     };
+    let started = Report {
+        backend: Some(node.backend.to_string()),
+        ..base("started")
+    };
+    if !report(&started) {
+        return node.stop().map(drop);
+    }
     while let Ok((_, e)) = rx.recv() {
         let r = match e {
             NodeEvent::Authenticated(peer) => Report {

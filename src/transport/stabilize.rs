@@ -617,12 +617,8 @@ pub fn run(
     if repeat == 0 {
         return Err(BenchError::Config("--repeat must be at least 1".into()));
     }
-    // Processes get the backend chosen here (`--backend`); in-process trials keep an
-    // automatic choice, so that reactors refused a ring fall back, and say what they ran on.
-    let mut cfg = cfg.clone();
-    if cfg.procs.is_some() {
-        cfg.opts.backend = Some(crate::engine::choose_backend(cfg.opts.backend)?);
-    }
+    // The backend is not pinned here: an automatic choice stays one, so that a reactor (or a
+    // node process) refused a ring falls back, and each trial says what its nodes ran on.
     let mut ran_on: Vec<String> = Vec::new();
     let mut ts = crate::metrics::histogram();
     let mut detect = crate::metrics::histogram();
@@ -637,9 +633,9 @@ pub fn run(
                     "joins are measured with in-process nodes only".into(),
                 ))
             }
-            (Some(exe), false) => super::launch::trial(exe, &cfg, rep)?,
-            (None, true) => trial_join(&cfg, rep)?,
-            (None, false) => trial(&cfg, rep)?,
+            (Some(exe), false) => super::launch::trial(exe, cfg, rep)?,
+            (None, true) => trial_join(cfg, rep)?,
+            (None, false) => trial(cfg, rep)?,
         };
         let ns = |d: Duration| (d.as_nanos() as u64).max(1);
         // Both histograms span 1 ns to 100 s; anything longer already timed out.
