@@ -33,11 +33,14 @@ pub fn apply(socket: &impl AsFd, requested: Option<&str>) -> Option<String> {
         Ok(()) => name,
         Err(why) => {
             let fallback = set(FALLBACK);
-            NOTICE.call_once(|| match &fallback {
-                Ok(()) => eprintln!("weft: TCP congestion control {name:?}: {why}; using {FALLBACK}"),
-                Err(e) => eprintln!(
-                    "weft: TCP congestion control {name:?}: {why}, {FALLBACK}: {e}; keeping the system's"
-                ),
+            NOTICE.call_once(|| {
+                super::notice(&match &fallback {
+                    Ok(()) => format!("TCP congestion control {name:?}: {why}; using {FALLBACK}"),
+                    Err(e) => format!(
+                        "TCP congestion control {name:?}: {why}, {FALLBACK}: {e}; keeping the \
+                         system's"
+                    ),
+                })
             });
             fallback.ok()?;
             FALLBACK

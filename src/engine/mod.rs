@@ -141,7 +141,15 @@ pub fn forced_backend(requested: Option<Backend>) -> Result<Option<Backend>, Eng
 /// instead (`instead`): the fallback is never silent, and a process with a reactor per core
 /// does not say it per reactor.
 pub(crate) fn say_fallback(why: &str, instead: &str) {
-    FALLBACK_NOTICE.call_once(|| eprintln!("weft: io_uring unavailable ({why}); {instead}"));
+    FALLBACK_NOTICE.call_once(|| notice(&format!("io_uring unavailable ({why}); {instead}")));
+}
+
+/// `weft: {what}` on stderr as one line in one write. `eprintln!` writes a formatted line in
+/// pieces, and the notices of a job's processes, which share one stderr, came out interleaved
+/// mid-line.
+pub(crate) fn notice(what: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("weft: {what}\n").as_bytes());
 }
 
 /// Why io_uring cannot be used, or `None`. Probed once per process.
