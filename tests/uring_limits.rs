@@ -14,7 +14,7 @@ mod common;
 use common::unprivileged::{as_nobody, can_switch_user};
 use common::weft_command;
 use std::process::Output;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 const PING: &[&str] = &[
     "ping", "--sizes", "32", "--iters", "50", "--wait", "block", "--json",
@@ -81,25 +81,26 @@ fn ran_on(out: &Output, backend: &str, why: &str, case: &str) {
     }
 }
 
-/// Whether this machine can run these tests: root, and io_uring usable to begin with.
-fn applicable(what: &str) -> bool {
+/// This test's turn ([`ONE_AT_A_TIME`]), if this machine can run it: root, and io_uring
+/// usable to begin with; `None`, said as a skip of `what`, if not.
+fn my_turn(what: &str) -> Option<MutexGuard<'static, ()>> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !can_switch_user() {
         eprintln!("SKIPPED {what}: needs root");
-        return false;
+        return None;
     }
     if let Some(why) = weft::engine::uring::unavailable() {
         eprintln!("SKIPPED {what}: io_uring is unavailable here already ({why})");
-        return false;
+        return None;
     }
-    true
+    Some(turn)
 }
 
 #[test]
 fn io_uring_disabled_for_everyone_falls_back_to_poll() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !applicable("io_uring_disabled = 2") {
+    let Some(_turn) = my_turn("io_uring_disabled = 2") else {
         return;
-    }
+    };
     let Some(back) = Disabled::set("2") else {
         return;
     };
@@ -120,10 +121,9 @@ fn io_uring_disabled_for_everyone_falls_back_to_poll() {
 
 #[test]
 fn io_uring_for_privileged_processes_only_falls_back_for_a_job() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !applicable("io_uring_disabled = 1") {
+    let Some(_turn) = my_turn("io_uring_disabled = 1") else {
         return;
-    }
+    };
     let Some(back) = Disabled::set("1") else {
         return;
     };
@@ -141,10 +141,9 @@ fn io_uring_for_privileged_processes_only_falls_back_for_a_job() {
 
 #[test]
 fn too_little_locked_memory_falls_back_to_poll() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    if !applicable("RLIMIT_MEMLOCK") {
+    let Some(_turn) = my_turn("RLIMIT_MEMLOCK") else {
         return;
-    }
+    };
     // None at all: the probe's small ring is refused, and the choice is poll. A little: the
     // probe's ring fits and a reactor's full-sized one may not (before, that start failed with
     // a bare ENOMEM); each reactor refused then runs on poll, said once.

@@ -326,16 +326,17 @@ impl Uring {
     /// How many requests it took; a [`transient`] refusal takes none and leaves them queued
     /// for a later turn (and [`Self::has_work`] true, so the reactor does not block on them).
     fn enter(&mut self) -> io::Result<usize> {
-        let entered = match self.ring.submit() {
-            Ok(n) => Ok(n),
+        match self.ring.submit() {
+            Ok(n) => {
+                self.refused = false;
+                Ok(n)
+            }
             Err(e) if transient(&e) => {
                 self.refused = true;
-                return Ok(0);
+                Ok(0)
             }
             Err(e) => Err(e),
-        };
-        self.refused = false;
-        entered
+        }
     }
 
     /// Send the buffers `hdr` describes on `fd`, reported with `user_data`. Zero-copy (`zc`):
@@ -630,11 +631,17 @@ fn transient(e: &io::Error) -> bool {
 /// `kernel.io_uring_disabled` (Linux 6.6+): 0 allows everyone, 1 only members of
 /// `kernel.io_uring_group` and holders of CAP_SYS_ADMIN, 2 no one.
 pub fn unavailable() -> Option<String> {
-    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled");
-    if disabled.is_ok_and(|v| v.trim() == "2") {
+    if io_uring_disabled() == "2" {
         return Some("kernel.io_uring_disabled = 2: io_uring is off for every process".into());
     }
     Uring::new(8, 2, 4096).err().map(|e| refusal(&e))
+}
+
+/// `kernel.io_uring_disabled`, or empty where the kernel (before 6.6) has no such sysctl.
+fn io_uring_disabled() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// Whether a ring's set-up failed because this process may not have one here (no permission,
@@ -648,14 +655,13 @@ pub fn refused(e: &io::Error) -> bool {
 
 /// In words, why setting up a ring failed with `e`.
 pub fn refusal(e: &io::Error) -> String {
-    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-        .map(|v| v.trim().to_owned())
-        .unwrap_or_default();
     match e.raw_os_error() {
         Some(libc::ENOSYS) => "the kernel has no io_uring (ENOSYS)".into(),
-        Some(libc::EPERM) if disabled == "1" => "kernel.io_uring_disabled = 1 and this process is \
+        Some(libc::EPERM) if io_uring_disabled() == "1" => {
+            "kernel.io_uring_disabled = 1 and this process is \
              neither in kernel.io_uring_group nor holds CAP_SYS_ADMIN (EPERM)"
-            .into(),
+                .into()
+        }
         Some(libc::EPERM) => "io_uring is forbidden here (EPERM: a seccomp filter, as in a \
              container's default profile)"
             .into(),

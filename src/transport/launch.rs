@@ -203,11 +203,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         views_agree,
         // Other processes' CPU is not this process's to read.
         cpu: Duration::ZERO,
-        backend: match ran_on.as_slice() {
-            [one] => one.clone(),
-            [] => "unknown".into(),
-            _ => "uring+poll".into(),
-        },
+        backend: super::backend_name(&ran_on),
     })
 }
 
@@ -217,8 +213,6 @@ fn started(r: &serde_json::Value, ran_on: &mut Vec<String>) {
         return;
     }
     if let Some(b) = r["backend"].as_str() {
-        if !ran_on.iter().any(|x| x == b) {
-            ran_on.push(b.to_owned());
-        }
+        ran_on.push(b.to_owned());
     }
 }

@@ -371,20 +371,22 @@ where
     ))
 }
 
-/// The backends of a run's reactors as reports name them: `uring`, `poll`, or `uring+poll`
-/// when an automatic choice had some reactors fall back ([`NodeHandle::backend`]).
-pub fn backend_name(backends: impl IntoIterator<Item = Backend>) -> String {
+/// What a run ran on, as reports name it, from what each of its parts ran on (a node's
+/// [`Backend`], a node process's `started` report, or a name this gave a round or a trial):
+/// `uring`, `poll`, or `uring+poll` when an automatic choice had some reactors fall back
+/// ([`NodeHandle::backend`]); `unknown` for no parts.
+pub fn backend_name<S: AsRef<str>>(parts: impl IntoIterator<Item = S>) -> String {
     let (mut uring, mut poll) = (false, false);
-    for b in backends {
-        match b {
-            Backend::Uring => uring = true,
-            Backend::Poll => poll = true,
-        }
+    for p in parts {
+        let p = p.as_ref();
+        uring |= p.contains("uring");
+        poll |= p.contains("poll");
     }
     match (uring, poll) {
         (true, true) => "uring+poll",
         (true, false) => "uring",
-        _ => "poll",
+        (false, true) => "poll",
+        (false, false) => "unknown",
     }
     .to_owned()
 }
@@ -518,7 +520,7 @@ where
     /// What its nodes run on, as reports name it: the backend, or `uring+poll` when some
     /// reactors fell back to poll and others did not ([`NodeHandle::backend`]).
     pub fn backend_name(&self) -> String {
-        backend_name(self.nodes.iter().map(|n| n.backend))
+        backend_name(self.nodes.iter().map(|n| n.backend.to_string()))
     }
 
     /// Stop every reactor (as [`Cluster::shutdown`]) and return every node's protocol, in id

@@ -121,7 +121,7 @@ pub fn compare(
     let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
     let mut per_round: HashMap<usize, (Vec<f64>, Vec<f64>)> = HashMap::new();
     let wait = opts.wait.to_string();
-    // What each round's reactors ran on (the same, unless reactors fell back to poll).
+    // What each round's reactors ran on (the same, unless some fell back to poll).
     let mut ran_on = Vec::new();
     for r in 0..rounds {
         // Spread the remainder so that the rounds add up to `iters`.
@@ -133,9 +133,7 @@ pub fn compare(
         let peer = std_busy_poll_rtts(sizes, n, peer_congestion)?;
         peer_steal = peer_steal.with(&steal);
         let ours_now = rows_from(&our, sizes, &backend, &wait, &our_cc, None);
-        if !ran_on.contains(&backend) {
-            ran_on.push(backend);
-        }
+        ran_on.push(backend);
         let peer_now = rows_from(&peer, sizes, "std-busy", "busy", &peer_cc, None);
         for (o, p) in ours_now.iter().zip(&peer_now) {
             let (p50, mb) = per_round.entry(o.size).or_default();
@@ -145,10 +143,7 @@ pub fn compare(
         merge(&mut ours, our);
         merge(&mut peers, peer);
     }
-    let backend = match ran_on.as_slice() {
-        [one] => one.clone(),
-        _ => "uring+poll".to_owned(),
-    };
+    let backend = super::backend_name(&ran_on);
     let mut weft = rows_from(&ours, sizes, &backend, &wait, &our_cc, our_steal.pct());
     for row in &mut weft {
         if let Some((p50, mb)) = per_round.get(&row.size) {

@@ -645,9 +645,7 @@ pub fn run(
         epochs_max = epochs_max.max(t.epochs);
         views_agree &= t.views_agree;
         cpu += t.cpu;
-        if !ran_on.contains(&t.backend) {
-            ran_on.push(t.backend.clone());
-        }
+        ran_on.push(t.backend.clone());
         each(rep, &t);
     }
     let steal_pct = steal.pct();
@@ -662,10 +660,7 @@ pub fn run(
         } else {
             cfg.fail.to_string()
         },
-        backend: match ran_on.as_slice() {
-            [one] => one.clone(),
-            _ => "uring+poll".into(),
-        },
+        backend: super::backend_name(&ran_on),
         wait: cfg.opts.wait.to_string(),
         placement: cfg.procs.is_none().then_some(cfg.placement),
         repeat,
