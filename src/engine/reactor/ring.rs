@@ -46,10 +46,25 @@ pub(super) const GEN_MASK: u32 = (1 << 28) - 1;
 /// io_uring: a turn's first send of at most this many bytes is written directly. Measured
 /// (per-round ratios to the std peer, busy): through the ring, 4 KiB payloads (4 144-byte
 /// frames) were 1.17x against 1.06x direct, 16 KiB 1.13x against 1.07x, 256 KiB 1.09x
-/// against 1.02x; 512 KiB came out alike (1.07x); 1 MiB was better through the ring (1.09x
-/// direct against 1.06x; adaptive 1.16x against 1.10x). A frame is its payload plus about
-/// 40 bytes, so the cap sits between the payload sizes, not on one.
-const DIRECT_SEND_MAX: usize = 768 * 1024;
+/// against 1.02x. Re-measured with both sides on CUBIC, one binary switching between the two
+/// (2026-11-24, 1 MiB p50 ratio): 1.002 direct against 1.013 through the ring (busy, 4
+/// alternations), 1.003 against 1.011 (adaptive, 3); 2 MiB came out alike (1.006); 4 MiB,
+/// more than a socket's send buffer holds, was better through the ring (0.97 against
+/// 1.02). A frame is its payload plus about 40 bytes, so the cap sits between the payload
+/// sizes, not on one.
+const DIRECT_SEND_MAX: usize = 3 << 20;
+
+/// Whether a send of `len` bytes goes out at once with a plain `writev` rather than through
+/// the ring: a turn's first (`sent_direct` still false) does, unless it is larger than
+/// [`DIRECT_SEND_MAX`] or at least `zerocopy_min` (zero-copy sends only exist in the ring).
+/// A request and its answer then cost no ring submission, no completion and no send record,
+/// and do not wait for the next turn's submission. The turn's other sends still go through
+/// the ring in one submission (a fan-out keeps its batching), and so does whatever the socket
+/// does not take at once.
+#[inline]
+fn writes_direct(sent_direct: bool, len: usize, zerocopy_min: usize) -> bool {
+    !sent_direct && len <= DIRECT_SEND_MAX && len < zerocopy_min
+}
 
 /// The io_uring driver's own state: the ring, and what the kernel holds of ours until it
 /// completes a request.
@@ -265,8 +280,8 @@ where
         Ok(())
     }
 
-    /// A send handed to the ring unless one is in flight; a turn's first small one is
-    /// written at once instead.
+    /// A send handed to the ring unless one is in flight; a turn's first one is written at
+    /// once instead, unless it is very large or zero-copy ([`writes_direct`]).
     fn push_out(r: &mut Reactor<P, Self>, slot: usize) -> Result<(), String> {
         let Some(conn) = r.conns.get_mut(slot).and_then(|c| c.as_mut()) else {
             return Ok(());
@@ -275,12 +290,7 @@ where
         if conn.connecting || conn.sending || conn.out.is_empty() {
             return Ok(());
         }
-        // A turn's first send, unless large, goes out at once with a plain `writev`: a
-        // request and its answer then cost no ring submission, no completion and no send
-        // record, and do not wait for the next turn's submission. The turn's other sends
-        // still go through the ring in one submission (a fan-out keeps its batching). What
-        // the socket does not take goes through the ring as before.
-        if !io.sent_direct && conn.out.len() <= DIRECT_SEND_MAX {
+        if writes_direct(io.sent_direct, conn.out.len(), r.cfg.zerocopy_min) {
             io.sent_direct = true;
             conn.flush().map_err(|e| e.to_string())?;
             if conn.out.is_empty() {
@@ -648,5 +658,35 @@ where
             }
         }
         u.arm(fd, tag(OP_RECV, slot, conn.generation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{writes_direct, DIRECT_SEND_MAX};
+
+    #[test]
+    fn a_turns_first_send_is_written_directly_unless_large_or_zero_copy() {
+        let off = usize::MAX;
+        let frame_1mib = (1 << 20) + 64;
+        assert!(writes_direct(false, 48, off));
+        assert!(
+            writes_direct(false, frame_1mib, off),
+            "1 MiB frames go direct"
+        );
+        assert!(
+            !writes_direct(true, 48, off),
+            "a turn's second send batches in the ring"
+        );
+        assert!(
+            !writes_direct(false, (4 << 20) + 64, off),
+            "4 MiB goes through the ring"
+        );
+        assert!(writes_direct(false, DIRECT_SEND_MAX, off));
+        assert!(!writes_direct(false, DIRECT_SEND_MAX + 1, off));
+        // Zero-copy is a ring request: a send at or above the threshold never goes direct.
+        assert!(!writes_direct(false, 0, 0));
+        assert!(!writes_direct(false, 64 << 10, 64 << 10));
+        assert!(writes_direct(false, (64 << 10) - 1, 64 << 10));
     }
 }
