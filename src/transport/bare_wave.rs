@@ -218,14 +218,18 @@ fn build(cfg: &WaveConfig) -> std::io::Result<Vec<Part>> {
 }
 
 /// One thread's loop: answer messages until `stop`. The root's thread starts a wave when its
-/// waker fires and sends the wave's time on `done`.
+/// waker fires with `go` set, and sends the wave's time on `done`. Returns the waves it began.
+///
+/// The waker also fires to stop the threads, so only `go` may start a wave: a wave begun on
+/// the stopping wake would send into threads that are closing their sockets, and a socket
+/// closed with a message unread answers with a reset, which fails whoever reads it next.
 fn serve(
     mut part: Part,
     mut poll: Poll,
     wait: WaitMode,
-    stop: Arc<AtomicBool>,
+    signals: Signals,
     done: Sender<Duration>,
-) -> std::io::Result<()> {
+) -> std::io::Result<u32> {
     for (i, end) in part.ends.iter_mut().enumerate() {
         poll.registry()
             .register(&mut end.stream, Token(i), Interest::READABLE)?;
@@ -235,7 +239,8 @@ fn serve(
     let mut started: Option<Instant> = None;
     let mut last = Instant::now();
     let mut ready: Vec<usize> = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
+    let mut begun = 0;
+    while !signals.stop.load(Ordering::Acquire) {
         let spinning = match wait {
             WaitMode::Busy => true,
             WaitMode::Adaptive => last.elapsed() < SPIN,
@@ -249,8 +254,12 @@ fn serve(
         ready.clear();
         for ev in events.iter() {
             if ev.token() == WAKER {
-                if let Some(root) = part.root {
+                if let Some(root) = part
+                    .root
+                    .filter(|_| signals.go.swap(false, Ordering::AcqRel))
+                {
                     // A new wave: down every edge of the root.
+                    begun += 1;
                     started = Some(Instant::now());
                     let proc = &mut part.procs[root];
                     proc.waiting = proc.down.len();
@@ -263,7 +272,7 @@ fn serve(
         for &i in &ready {
             loop {
                 let got = match part.ends[i].stream.read(&mut buf) {
-                    Ok(0) => return Ok(()), // the run is over
+                    Ok(0) => return Ok(begun), // the run is over
                     Ok(k) => k,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -299,7 +308,14 @@ fn serve(
             }
         }
     }
-    Ok(())
+    Ok(begun)
+}
+
+/// What the threads are told besides messages: start a wave (the root's), or stop.
+#[derive(Clone, Default)]
+struct Signals {
+    go: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
 }
 
 /// Time `cfg.waves` waves.
@@ -309,7 +325,7 @@ pub fn run(cfg: &WaveConfig) -> std::io::Result<WaveRun> {
     }
     let parts = build(cfg)?;
     let cores = online_cpus();
-    let stop = Arc::new(AtomicBool::new(false));
+    let signals = Signals::default();
     let (tx, rx): (Sender<Duration>, Receiver<Duration>) = channel();
     let mut wakers = Vec::new();
     let mut root_waker = None;
@@ -321,10 +337,10 @@ pub fn run(cfg: &WaveConfig) -> std::io::Result<WaveRun> {
             root_waker = Some(waker.clone());
         }
         wakers.push(waker);
-        let (stop, done, wait) = (stop.clone(), tx.clone(), cfg.wait);
+        let (signals, done, wait) = (signals.clone(), tx.clone(), cfg.wait);
         handles.push(std::thread::spawn(move || {
             core_affinity::set_for_current(core_affinity::CoreId { id: t % cores });
-            serve(part, poll, wait, stop, done)
+            serve(part, poll, wait, signals, done)
         }));
     }
     let root_waker = root_waker.ok_or_else(|| std::io::Error::other("no root"))?;
@@ -337,6 +353,7 @@ pub fn run(cfg: &WaveConfig) -> std::io::Result<WaveRun> {
     for _ in 0..cfg.waves {
         std::thread::sleep(cfg.gap);
         let cpu = process_cpu();
+        signals.go.store(true, Ordering::Release);
         root_waker.wake()?;
         match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(t) => {
@@ -349,16 +366,23 @@ pub fn run(cfg: &WaveConfig) -> std::io::Result<WaveRun> {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
+    signals.stop.store(true, Ordering::Release);
     for w in &wakers {
         let _ = w.wake();
     }
+    let mut begun = 0;
     for h in handles {
-        h.join()
+        begun += h
+            .join()
             .map_err(|_| std::io::Error::other("a wave thread panicked"))??;
     }
     match failed {
         Some(e) => Err(e),
+        // Every message counted and timed belongs to a wave that was asked for.
+        None if begun as usize != out.times.len() => Err(std::io::Error::other(format!(
+            "the root began {begun} waves for {} timed",
+            out.times.len()
+        ))),
         None => Ok(out),
     }
 }
