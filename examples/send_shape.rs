@@ -22,32 +22,20 @@ mod alternating;
 use std::io::{self, ErrorKind, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use weft::transport::ping::{page_buffer, spin_read};
+use weft::transport::ping::{page_buffer, spin_read, spin_write};
 
-/// One send of `parts`: `send(2)` if `gather` is false (one part), else `sendmsg(2)`.
-fn send_once(s: &TcpStream, parts: &[IoSlice<'_>], gather: bool) -> isize {
-    let fd = s.as_raw_fd();
-    if !gather {
-        // SAFETY: the part is valid for reads of its length.
-        return unsafe {
-            libc::send(
-                fd,
-                parts[0].as_ptr().cast(),
-                parts[0].len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-    }
+/// One `sendmsg(2)` of `parts`, as the reactors' gathered write (`sys::send_gather`) makes.
+fn sendmsg_once(s: &TcpStream, parts: &[IoSlice<'_>]) -> isize {
     // SAFETY: all-zero is a valid msghdr (no address, no control data).
     let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
     hdr.msg_iov = parts.as_ptr() as *mut libc::iovec;
     hdr.msg_iovlen = parts.len() as _;
     // SAFETY: `hdr` names `parts.len()` readable iovecs, alive for the call.
-    unsafe { libc::sendmsg(fd, &hdr, libc::MSG_NOSIGNAL) }
+    unsafe { libc::sendmsg(s.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) }
 }
 
-/// Send all of `parts`, spinning on a full send buffer.
-fn spin_send(s: &TcpStream, parts: &[&[u8]], gather: bool) -> io::Result<()> {
+/// Send all of `parts` with `sendmsg`, spinning on a full send buffer.
+fn spin_sendmsg(s: &TcpStream, parts: &[&[u8]]) -> io::Result<()> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut done = 0;
     while done < total {
@@ -63,7 +51,7 @@ fn spin_send(s: &TcpStream, parts: &[&[u8]], gather: bool) -> io::Result<()> {
             n += 1;
             skip = 0;
         }
-        let sent = send_once(s, &iov[..n], gather || n > 1);
+        let sent = sendmsg_once(s, &iov[..n]);
         if sent >= 0 {
             done += sent as usize;
             continue;
@@ -78,11 +66,12 @@ fn spin_send(s: &TcpStream, parts: &[&[u8]], gather: bool) -> io::Result<()> {
 }
 
 /// Send `b` (the whole message) the way variant `v` does.
-fn way(v: usize, s: &TcpStream, b: &[u8], head: &[u8], tail: &[u8]) -> io::Result<()> {
+fn way(v: usize, s: &mut TcpStream, b: &[u8], head: &[u8], tail: &[u8]) -> io::Result<()> {
     match v {
-        0 => spin_send(s, &[b], false),
-        1 => spin_send(s, &[b], true),
-        _ => spin_send(s, &[head, &b[16..b.len() - 48], tail], true),
+        // The peer's own send: std's `write` is `send(2)` with `MSG_NOSIGNAL`.
+        0 => spin_write(s, b),
+        1 => spin_sendmsg(s, &[b]),
+        _ => spin_sendmsg(s, &[head, &b[16..b.len() - 48], tail]),
     }
 }
 
