@@ -12,9 +12,25 @@ fuzz_target!(|data: &[u8]| {
     // Split the input in two pushes at a data-dependent point: exercises partial frames.
     let cut = data.first().map_or(0, |&b| b as usize).min(data.len());
     let mut d = FrameDecoder::new(1 << 16);
-    let me = Identity { job_id: 7, node_id: NodeId(1), key: JobKey::from_bytes([9; 32]) };
+    let me = Identity {
+        job_id: 7,
+        node_id: NodeId(1),
+        key: JobKey::from_bytes([9; 32]),
+    };
     let mut out = Vec::new();
-    let mut hs = Handshake::with_nonce(Role::Responder, me, None, [2; 32], &mut out).expect("hello");
+    // Both ends of a handshake read the same frames: the responder that accepted the
+    // connection, and the initiator that dialed node 5 (the seed Hello's id), which also
+    // checks that the peer is the one it meant to reach. One that fails stops reading.
+    let mut ends = [
+        Some(
+            Handshake::with_nonce(Role::Responder, me.clone(), None, [2; 32], &mut out)
+                .expect("hello"),
+        ),
+        Some(
+            Handshake::with_nonce(Role::Initiator, me, Some(NodeId(5)), [3; 32], &mut out)
+                .expect("hello"),
+        ),
+    ];
     for part in [&data[..cut], &data[cut..]] {
         d.push(part);
         loop {
@@ -33,8 +49,13 @@ fuzz_target!(|data: &[u8]| {
                             }
                         }
                     }
-                    if hs.on_frame(kind, bytes, &mut out).is_err() {
-                        return;
+                    for end in &mut ends {
+                        if end
+                            .as_mut()
+                            .is_some_and(|h| h.on_frame(kind, bytes, &mut out).is_err())
+                        {
+                            *end = None;
+                        }
                     }
                 }
                 Ok(None) => break,
