@@ -229,16 +229,22 @@ impl SendQueue {
         }
     }
 
-    /// Fill `out` with the queued bytes in order, as many chunks as fit; returns how many.
-    pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
-        let mut n = 0;
+    /// Fill `out` with the first queued bytes in order, at most `max_bytes` of them and as
+    /// many chunks as fit (the last one cut short at `max_bytes`); returns how many chunks.
+    pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>], max_bytes: usize) -> usize {
+        let (mut n, mut left) = (0, max_bytes);
         let chunks = self
             .sealed
             .iter()
             .map(|b| &b[..])
             .chain(Some(&self.open[..]).filter(|o| !o.is_empty()));
         for (slot, chunk) in out.iter_mut().zip(chunks) {
-            *slot = IoSlice::new(chunk);
+            if left == 0 {
+                break;
+            }
+            let part = &chunk[..chunk.len().min(left)];
+            left -= part.len();
+            *slot = IoSlice::new(part);
             n += 1;
         }
         n
@@ -385,7 +391,7 @@ mod tests {
 
     fn flat(q: &SendQueue) -> Vec<u8> {
         let mut iov = [IoSlice::new(&[]); 64];
-        let n = q.slices(&mut iov);
+        let n = q.slices(&mut iov, usize::MAX);
         iov[..n].iter().flat_map(|s| s.iter().copied()).collect()
     }
 
@@ -409,7 +415,7 @@ mod tests {
     /// take: appended to `wire`, and counted.
     fn short_write(q: &SendQueue, iovs: usize, budget: usize, wire: &mut Vec<u8>) -> usize {
         let mut iov = vec![IoSlice::new(&[]); iovs];
-        let n = q.slices(&mut iov);
+        let n = q.slices(&mut iov, usize::MAX);
         let mut left = budget;
         for s in &iov[..n] {
             let take = s.len().min(left);
@@ -525,7 +531,7 @@ mod tests {
         q.push_msg(m).unwrap();
         let p = m.payload().unwrap();
         let mut iov = [IoSlice::new(&[]); 8];
-        let n = q.slices(&mut iov);
+        let n = q.slices(&mut iov, usize::MAX);
         assert!(
             iov[..n].iter().any(|s| s.as_ptr() == p.as_ptr()),
             "the payload is spliced by reference"
@@ -534,6 +540,30 @@ mod tests {
             q.open.capacity() < p.len(),
             "and never copied into the queue"
         );
+    }
+
+    /// A byte limit gives the queue's first bytes, the chunk it falls in cut short.
+    #[test]
+    fn slices_stop_at_the_byte_limit() {
+        let mut q = SendQueue::new();
+        for m in msgs() {
+            q.push_msg(&m).unwrap();
+        }
+        let all = flat(&q);
+        let mut iov = [IoSlice::new(&[]); 64];
+        let chunks = q.slices(&mut iov, usize::MAX);
+        assert!(chunks > 2, "the test wants a gathered queue");
+        let mut at = 0;
+        for (i, chunk) in iov[..chunks].iter().enumerate() {
+            for limit in [at + 1, at + (chunk.len() / 2).max(1), at + chunk.len()] {
+                let mut cut = [IoSlice::new(&[]); 64];
+                let n = q.slices(&mut cut, limit);
+                let got: Vec<u8> = cut[..n].iter().flat_map(|s| s.iter().copied()).collect();
+                assert_eq!(got, all[..limit], "limit {limit}");
+                assert_eq!(n, i + 1, "limit {limit}: chunks up to the one it falls in");
+            }
+            at += chunk.len();
+        }
     }
 
     /// Partial sends at every granularity, `append` and `take`/`unshift` keep the byte order,
@@ -598,7 +628,7 @@ mod tests {
             q.push_msg(&m).unwrap();
             let stream = flat(&q);
             let mut iov = [IoSlice::new(&[]); 8];
-            let n = q.slices(&mut iov);
+            let n = q.slices(&mut iov, usize::MAX);
             let p = m.payload().unwrap().as_ptr() as usize;
             let ahead: usize = iov[..n]
                 .iter()

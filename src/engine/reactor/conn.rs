@@ -62,13 +62,22 @@ pub(super) struct SendOp {
 }
 
 impl SendOp {
-    /// Point the header at the chunks.
+    /// Point the header at the chunks' bytes, as many as the next write of them should carry
+    /// ([`next_write_len`]); the completion hands back what the write did not take.
     pub(super) fn prepare(&mut self) {
         self.iov.clear();
-        self.iov.extend(self.chunks.iter().map(|c| libc::iovec {
-            iov_base: c.as_ptr() as *mut libc::c_void,
-            iov_len: c.len(),
-        }));
+        let mut left = next_write_len(self.len());
+        for c in &self.chunks {
+            if left == 0 {
+                break;
+            }
+            let len = c.len().min(left);
+            left -= len;
+            self.iov.push(libc::iovec {
+                iov_base: c.as_ptr() as *mut libc::c_void,
+                iov_len: len,
+            });
+        }
         // SAFETY: msghdr is plain integers and pointers, for which all-zero bytes are valid.
         self.hdr = unsafe { std::mem::zeroed() };
         self.hdr.msg_iov = self.iov.as_mut_ptr();
@@ -77,6 +86,11 @@ impl SendOp {
 
     pub(super) fn len(&self) -> usize {
         self.chunks.iter().map(|c| c.len()).sum()
+    }
+
+    /// Bytes the prepared write carries.
+    pub(super) fn writes(&self) -> usize {
+        self.iov.iter().map(|v| v.iov_len).sum()
     }
 
     /// What the first `sent` bytes left unsent, as new handles on the same memory.
@@ -104,6 +118,32 @@ pub(super) const MAX_IOV: usize = 64;
 /// such send, and 64 entries took ~180 instructions of a 32 KiB echo's ~2 800 to set up.
 const FLUSH_IOV: usize = 16;
 
+/// The most bytes a write may carry and still be built by the kernel without stopping to take
+/// in the acknowledgments that arrived meanwhile.
+///
+/// Within one `sendmsg`, Linux's TCP processes the socket's backlog (the ACKs the peer sent
+/// while the write held the socket) before it builds every 17th segment buffer
+/// (`process_backlog >= 16` in `tcp_sendmsg_locked`), and a buffer holds up to the GSO size
+/// goal, about 64 KiB: one 65 483-byte segment on loopback, 45 × 1 448 bytes behind a 1 500-byte
+/// MTU, 7 × 8 948 behind 9 000. A 1 MiB frame is 17 buffers, so its write stopped before its
+/// last 912 bytes to process the ACKs of all the receiver had read so far (freeing those
+/// buffers), and the receiver waited: about 10% of a loopback one-way (`examples/ack_flush.rs`;
+/// the ACKs cost the same after the last segment, where nobody waits for them). 15 × 64 KiB
+/// is at most 16 buffers for any size goal from 61 440 bytes up.
+const LAST_WRITE_MAX: usize = 15 << 16;
+const _: () = assert!(LAST_WRITE_MAX <= 16 * 61_440);
+
+/// Bytes to write next of `queued`: all of them, or all but the last [`LAST_WRITE_MAX`], so
+/// that the write that ends the queue builds no more than 16 segment buffers and takes in the
+/// acknowledgments only after its last segment has gone out.
+fn next_write_len(queued: usize) -> usize {
+    if queued > LAST_WRITE_MAX {
+        queued - LAST_WRITE_MAX
+    } else {
+        queued
+    }
+}
+
 impl Conn {
     /// Write as much of `out` as the socket takes, large payloads from where they lie.
     pub(super) fn flush(&mut self) -> std::io::Result<()> {
@@ -112,14 +152,16 @@ impl Conn {
 }
 
 /// Write as much of `out` to non-blocking socket `fd` as it takes: one `send` when the queue
-/// is one chunk, gather writes of up to [`FLUSH_IOV`] chunks otherwise.
+/// is one chunk, gather writes of up to [`FLUSH_IOV`] chunks otherwise, the last
+/// [`LAST_WRITE_MAX`] bytes of a longer queue in a write of their own.
 fn flush_queue(fd: std::os::fd::RawFd, out: &mut SendQueue) -> std::io::Result<()> {
     while !out.is_empty() {
+        let len = next_write_len(out.len());
         let written = match out.contiguous() {
-            Some(bytes) => crate::sys::send(fd, bytes),
+            Some(bytes) => crate::sys::send(fd, &bytes[..len]),
             None => {
                 let mut iov = [std::io::IoSlice::new(&[]); FLUSH_IOV];
-                let n = out.slices(&mut iov);
+                let n = out.slices(&mut iov, len);
                 crate::sys::send_gather(fd, &iov[..n])
             }
         };
@@ -220,31 +262,101 @@ mod tests {
         }
     }
 
+    /// A queue longer than [`LAST_WRITE_MAX`] is written in two parts, the last of exactly that
+    /// many bytes; a shorter queue in one.
+    #[test]
+    fn a_long_queue_ends_in_a_write_of_its_own() {
+        for queued in [1, 65_536, LAST_WRITE_MAX] {
+            assert_eq!(next_write_len(queued), queued);
+        }
+        // A 1 MiB payload's frame (16 bytes of header, 48 of tail), and a 4 MiB one.
+        for queued in [LAST_WRITE_MAX + 1, (1 << 20) + 64, (4 << 20) + 64] {
+            let head = next_write_len(queued);
+            assert_eq!(queued - head, LAST_WRITE_MAX, "{queued} B");
+            assert_eq!(next_write_len(queued - head), LAST_WRITE_MAX);
+        }
+    }
+
+    /// An io_uring send of a long queue carries its head only, cut inside a chunk; the
+    /// completion gives back the rest, which then goes in one write.
+    #[test]
+    fn a_ring_send_of_a_long_queue_carries_its_head() {
+        let big: Vec<u8> = (0..LAST_WRITE_MAX).map(|j| (j % 251) as u8).collect();
+        let chunks = vec![
+            Payload::from(&b"head"[..]),
+            Payload::from_bytes(bytes::Bytes::from(big.clone())),
+            Payload::from(&b"tail"[..]),
+        ];
+        let mut op = SendOp {
+            slot: 0,
+            generation: 0,
+            chunks,
+            iov: Vec::new(),
+            // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
+            hdr: unsafe { std::mem::zeroed() },
+        };
+        op.prepare();
+        assert_eq!(op.len(), LAST_WRITE_MAX + 8);
+        assert_eq!(
+            op.writes(),
+            8,
+            "the head: all but the last LAST_WRITE_MAX bytes"
+        );
+        assert_eq!(
+            op.hdr.msg_iovlen, 2,
+            "the first chunk and 4 bytes of the second"
+        );
+        let mut rest = SendOp {
+            chunks: op.unsent(op.writes()),
+            iov: Vec::new(),
+            ..op
+        };
+        rest.prepare();
+        assert_eq!(rest.writes(), LAST_WRITE_MAX, "then the rest, whole");
+        let bytes: Vec<u8> = rest.chunks.iter().flat_map(|b| b.to_vec()).collect();
+        assert_eq!(bytes[..big.len() - 4], big[4..]);
+        assert_eq!(&bytes[big.len() - 4..], b"tail");
+    }
+
     /// A queue of more chunks than one gather write takes (each large payload is a chunk of
-    /// its own) reaches the peer whole and in order, through short writes too.
+    /// its own) reaches the peer whole and in order, through short writes too, and so does
+    /// a queue of copied payloads (one chunk); both are longer than [`LAST_WRITE_MAX`], so
+    /// their last part is written on its own.
     #[test]
     fn flushing_many_chunks_delivers_every_frame_in_order() {
+        use crate::wire::payload::SHARE_MIN;
+        // Not constant bytes: a part sent from the wrong place in its chunk must show.
+        let bytes =
+            |i: usize, len: usize| -> Vec<u8> { (0..len).map(|j| (i + j % 251) as u8).collect() };
+        let spliced = (0..3 * FLUSH_IOV).map(|i| bytes(i, 3 * SHARE_MIN + i));
+        let copied = (0..200).map(|i| bytes(i, SHARE_MIN - 1 - i));
+        for (payloads, one_chunk) in [
+            (spliced.collect::<Vec<_>>(), false),
+            (copied.collect(), true),
+        ] {
+            let mut out = SendQueue::new();
+            for p in &payloads {
+                out.push_msg(&crate::wire::Msg::Data {
+                    payload: p.clone().into(),
+                })
+                .unwrap();
+            }
+            assert_eq!(out.contiguous().is_some(), one_chunk);
+            assert!(out.len() > LAST_WRITE_MAX);
+            assert_eq!(flushed_payloads(out, payloads.len()), payloads);
+        }
+    }
+
+    /// Flush `out` into a socket pair and read back the payloads of its `count` `Data` frames.
+    fn flushed_payloads(mut out: SendQueue, count: usize) -> Vec<Vec<u8>> {
         use crate::wire::{ArchivedMsg, Msg};
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
-        let msgs: Vec<Msg> = (0..3 * FLUSH_IOV)
-            .map(|i| Msg::Data {
-                payload: vec![i as u8; crate::wire::payload::SHARE_MIN + i].into(),
-            })
-            .collect();
-        let mut out = SendQueue::new();
-        for m in &msgs {
-            out.push_msg(m).unwrap();
-        }
-        assert!(
-            out.contiguous().is_none(),
-            "spliced payloads: a gather write"
-        );
         let reader = std::thread::spawn(move || {
             let mut d = FrameDecoder::default();
             let mut got = Vec::new();
             let mut buf = vec![0u8; 64 * 1024];
-            while got.len() < 3 * FLUSH_IOV {
+            while got.len() < count {
                 let n = std::io::Read::read(&mut b, &mut buf).unwrap();
                 assert!(n > 0, "stream ended after {} frames", got.len());
                 d.push(&buf[..n]);
@@ -260,14 +372,7 @@ mod tests {
         while !out.is_empty() {
             flush_queue(a.as_raw_fd(), &mut out).unwrap();
         }
-        let sent: Vec<Vec<u8>> = msgs
-            .iter()
-            .map(|m| match m {
-                Msg::Data { payload } => payload.to_vec(),
-                _ => unreachable!(),
-            })
-            .collect();
-        assert_eq!(reader.join().unwrap(), sent);
+        reader.join().unwrap()
     }
 
     /// The silence bound lands on the socket as keepalive after half of it, probes every

@@ -311,7 +311,7 @@ where
         op.generation = conn.generation;
         conn.out.take(&mut op.chunks, MAX_IOV);
         op.prepare();
-        let zerocopy = op.len() >= r.cfg.zerocopy_min;
+        let zerocopy = op.writes() >= r.cfg.zerocopy_min;
         io.next_send = (io.next_send + 1) & ((1 << OP_SHIFT) - 1);
         let id = io.next_send;
         // SAFETY: the op is boxed (its header, iovecs and chunks do not move) and stays in
