@@ -1,6 +1,7 @@
 //! A connection of a hosted node, and an io_uring send's pinned buffers: what the reactor
 //! keeps per socket, and how a connection ends.
 
+use super::last_write;
 use crate::wire::handshake::Handshake;
 use crate::wire::{FrameDecoder, Payload, SendQueue};
 use crate::NodeId;
@@ -48,6 +49,8 @@ pub(super) struct Conn {
     /// io_uring: a send of this connection is in flight. One at a time keeps the byte order
     /// (a second send could overtake a short first one).
     pub(super) sending: bool,
+    /// [`Conn::last_write_max`] of a long queue, once asked (0 before).
+    pub(super) last_write: usize,
 }
 
 /// A send handed to io_uring: the chunks and the `msghdr` and iovecs naming them, boxed so
@@ -63,10 +66,11 @@ pub(super) struct SendOp {
 
 impl SendOp {
     /// Point the header at the chunks' bytes, as many as the next write of them should carry
-    /// ([`next_write_len`]); the completion hands back what the write did not take.
-    pub(super) fn prepare(&mut self) {
+    /// when the write that ends them may carry `last_write_max`
+    /// ([`last_write::next_write_len`]); the completion hands back what the write did not take.
+    pub(super) fn prepare(&mut self, last_write_max: usize) {
         self.iov.clear();
-        let mut left = next_write_len(self.len());
+        let mut left = last_write::next_write_len(self.len(), last_write_max);
         for c in &self.chunks {
             if left == 0 {
                 break;
@@ -118,45 +122,38 @@ pub(super) const MAX_IOV: usize = 64;
 /// such send, and 64 entries took ~180 instructions of a 32 KiB echo's ~2 800 to set up.
 const FLUSH_IOV: usize = 16;
 
-/// The most bytes a write may carry and still be built by the kernel without stopping to take
-/// in the acknowledgments that arrived meanwhile.
-///
-/// Within one `sendmsg`, Linux's TCP processes the socket's backlog (the ACKs the peer sent
-/// while the write held the socket) before it builds every 17th segment buffer
-/// (`process_backlog >= 16` in `tcp_sendmsg_locked`), and a buffer holds up to the GSO size
-/// goal, about 64 KiB: one 65 483-byte segment on loopback, 45 × 1 448 bytes behind a 1 500-byte
-/// MTU, 7 × 8 948 behind 9 000. A 1 MiB frame is 17 buffers, so its write stopped before its
-/// last 912 bytes to process the ACKs of all the receiver had read so far (freeing those
-/// buffers), and the receiver waited: about 10% of a loopback one-way (`examples/ack_flush.rs`;
-/// the ACKs cost the same after the last segment, where nobody waits for them). 15 × 64 KiB
-/// is at most 16 buffers for any size goal from 61 440 bytes up.
-const LAST_WRITE_MAX: usize = 15 << 16;
-const _: () = assert!(LAST_WRITE_MAX <= 16 * 61_440);
-
-/// Bytes to write next of `queued`: all of them, or all but the last [`LAST_WRITE_MAX`], so
-/// that the write that ends the queue builds no more than 16 segment buffers and takes in the
-/// acknowledgments only after its last segment has gone out.
-fn next_write_len(queued: usize) -> usize {
-    if queued > LAST_WRITE_MAX {
-        queued - LAST_WRITE_MAX
-    } else {
-        queued
-    }
-}
-
 impl Conn {
     /// Write as much of `out` as the socket takes, large payloads from where they lie.
     pub(super) fn flush(&mut self) -> std::io::Result<()> {
-        flush_queue(self.stream.as_raw_fd(), &mut self.out)
+        let last = self.last_write_max();
+        flush_queue(self.stream.as_raw_fd(), &mut self.out, last)
+    }
+
+    /// The most bytes the write that ends what is queued may carry ([`last_write`]):
+    /// unbounded while the queue is short, 16 of the kernel's segment buffers otherwise, from
+    /// the MSS asked the first time (a long queue comes after the handshake, so the
+    /// connection is established by then).
+    pub(super) fn last_write_max(&mut self) -> usize {
+        if self.out.len() <= last_write::SHORT_QUEUE {
+            return usize::MAX;
+        }
+        if self.last_write == 0 {
+            self.last_write = last_write::of_socket(&self.stream);
+        }
+        self.last_write
     }
 }
 
 /// Write as much of `out` to non-blocking socket `fd` as it takes: one `send` when the queue
 /// is one chunk, gather writes of up to [`FLUSH_IOV`] chunks otherwise, the last
-/// [`LAST_WRITE_MAX`] bytes of a longer queue in a write of their own.
-fn flush_queue(fd: std::os::fd::RawFd, out: &mut SendQueue) -> std::io::Result<()> {
+/// `last_write_max` bytes of a longer queue in a write of their own.
+fn flush_queue(
+    fd: std::os::fd::RawFd,
+    out: &mut SendQueue,
+    last_write_max: usize,
+) -> std::io::Result<()> {
     while !out.is_empty() {
-        let len = next_write_len(out.len());
+        let len = last_write::next_write_len(out.len(), last_write_max);
         let written = match out.contiguous() {
             Some(bytes) => crate::sys::send(fd, &bytes[..len]),
             None => {
@@ -252,7 +249,7 @@ mod tests {
             // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
             hdr: unsafe { std::mem::zeroed() },
         };
-        op.prepare();
+        op.prepare(usize::MAX);
         assert_eq!(op.hdr.msg_iovlen, 3);
         assert_eq!(op.len(), 10);
         let all = b"abcdefghij";
@@ -262,26 +259,12 @@ mod tests {
         }
     }
 
-    /// A queue longer than [`LAST_WRITE_MAX`] is written in two parts, the last of exactly that
-    /// many bytes; a shorter queue in one.
-    #[test]
-    fn a_long_queue_ends_in_a_write_of_its_own() {
-        for queued in [1, 65_536, LAST_WRITE_MAX] {
-            assert_eq!(next_write_len(queued), queued);
-        }
-        // A 1 MiB payload's frame (16 bytes of header, 48 of tail), and a 4 MiB one.
-        for queued in [LAST_WRITE_MAX + 1, (1 << 20) + 64, (4 << 20) + 64] {
-            let head = next_write_len(queued);
-            assert_eq!(queued - head, LAST_WRITE_MAX, "{queued} B");
-            assert_eq!(next_write_len(queued - head), LAST_WRITE_MAX);
-        }
-    }
-
     /// An io_uring send of a long queue carries its head only, cut inside a chunk; the
     /// completion gives back the rest, which then goes in one write.
     #[test]
     fn a_ring_send_of_a_long_queue_carries_its_head() {
-        let big: Vec<u8> = (0..LAST_WRITE_MAX).map(|j| (j % 251) as u8).collect();
+        const LAST: usize = 100_000;
+        let big: Vec<u8> = (0..LAST).map(|j| (j % 251) as u8).collect();
         let chunks = vec![
             Payload::from(&b"head"[..]),
             Payload::from_bytes(bytes::Bytes::from(big.clone())),
@@ -295,13 +278,9 @@ mod tests {
             // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
             hdr: unsafe { std::mem::zeroed() },
         };
-        op.prepare();
-        assert_eq!(op.len(), LAST_WRITE_MAX + 8);
-        assert_eq!(
-            op.writes(),
-            8,
-            "the head: all but the last LAST_WRITE_MAX bytes"
-        );
+        op.prepare(LAST);
+        assert_eq!(op.len(), LAST + 8);
+        assert_eq!(op.writes(), 8, "the head: all but the last LAST bytes");
         assert_eq!(
             op.hdr.msg_iovlen, 2,
             "the first chunk and 4 bytes of the second"
@@ -311,8 +290,8 @@ mod tests {
             iov: Vec::new(),
             ..op
         };
-        rest.prepare();
-        assert_eq!(rest.writes(), LAST_WRITE_MAX, "then the rest, whole");
+        rest.prepare(LAST);
+        assert_eq!(rest.writes(), LAST, "then the rest, whole");
         let bytes: Vec<u8> = rest.chunks.iter().flat_map(|b| b.to_vec()).collect();
         assert_eq!(bytes[..big.len() - 4], big[4..]);
         assert_eq!(&bytes[big.len() - 4..], b"tail");
@@ -320,11 +299,12 @@ mod tests {
 
     /// A queue of more chunks than one gather write takes (each large payload is a chunk of
     /// its own) reaches the peer whole and in order, through short writes too, and so does
-    /// a queue of copied payloads (one chunk); both are longer than [`LAST_WRITE_MAX`], so
+    /// a queue of copied payloads (one chunk); both are longer than 16 loopback segments, so
     /// their last part is written on its own.
     #[test]
     fn flushing_many_chunks_delivers_every_frame_in_order() {
         use crate::wire::payload::SHARE_MIN;
+        const LAST: usize = 16 * 65_483;
         // Not constant bytes: a part sent from the wrong place in its chunk must show.
         let bytes =
             |i: usize, len: usize| -> Vec<u8> { (0..len).map(|j| (i + j % 251) as u8).collect() };
@@ -342,13 +322,14 @@ mod tests {
                 .unwrap();
             }
             assert_eq!(out.contiguous().is_some(), one_chunk);
-            assert!(out.len() > LAST_WRITE_MAX);
-            assert_eq!(flushed_payloads(out, payloads.len()), payloads);
+            assert!(out.len() > LAST);
+            assert_eq!(flushed_payloads(out, payloads.len(), LAST), payloads);
         }
     }
 
-    /// Flush `out` into a socket pair and read back the payloads of its `count` `Data` frames.
-    fn flushed_payloads(mut out: SendQueue, count: usize) -> Vec<Vec<u8>> {
+    /// Flush `out` into a socket pair, its last `last_write_max` bytes apart, and read back
+    /// the payloads of its `count` `Data` frames.
+    fn flushed_payloads(mut out: SendQueue, count: usize, last_write_max: usize) -> Vec<Vec<u8>> {
         use crate::wire::{ArchivedMsg, Msg};
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         a.set_nonblocking(true).unwrap();
@@ -370,7 +351,7 @@ mod tests {
             got
         });
         while !out.is_empty() {
-            flush_queue(a.as_raw_fd(), &mut out).unwrap();
+            flush_queue(a.as_raw_fd(), &mut out, last_write_max).unwrap();
         }
         reader.join().unwrap()
     }

@@ -35,6 +35,7 @@ mod accept;
 mod conn;
 mod driver;
 mod epoll;
+mod last_write;
 mod refusals;
 mod ring;
 mod strangers;
@@ -816,6 +817,7 @@ where
             connecting,
             ending: false,
             sending: false,
+            last_write: 0,
         });
         let slot = match inserted {
             Ok(slot) => slot,

@@ -309,8 +309,9 @@ where
         });
         op.slot = slot;
         op.generation = conn.generation;
+        let last_write_max = conn.last_write_max();
         conn.out.take(&mut op.chunks, MAX_IOV);
-        op.prepare();
+        op.prepare(last_write_max);
         let zerocopy = op.writes() >= r.cfg.zerocopy_min;
         io.next_send = (io.next_send + 1) & ((1 << OP_SHIFT) - 1);
         let id = io.next_send;
