@@ -228,6 +228,18 @@ pub(super) fn reset(stream: &TcpStream) {
 mod tests {
     use super::*;
 
+    /// An unprepared io_uring send of `chunks`.
+    fn op_of(chunks: Vec<Payload>) -> SendOp {
+        SendOp {
+            slot: 0,
+            generation: 0,
+            chunks,
+            iov: Vec::new(),
+            // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
+            hdr: unsafe { std::mem::zeroed() },
+        }
+    }
+
     /// After a short send, exactly the bytes the kernel did not take go back to the queue, at
     /// every boundary (inside a chunk, on a chunk's end, all, none), whatever each chunk is:
     /// in place, shared bytes, or a part of a receive buffer.
@@ -241,14 +253,7 @@ mod tests {
             Payload::from_bytes(bytes::Bytes::from_static(b"defgh")),
             received,
         ];
-        let mut op = SendOp {
-            slot: 0,
-            generation: 0,
-            chunks,
-            iov: Vec::new(),
-            // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
-            hdr: unsafe { std::mem::zeroed() },
-        };
+        let mut op = op_of(chunks);
         op.prepare(usize::MAX);
         assert_eq!(op.hdr.msg_iovlen, 3);
         assert_eq!(op.len(), 10);
@@ -270,14 +275,7 @@ mod tests {
             Payload::from_bytes(bytes::Bytes::from(big.clone())),
             Payload::from(&b"tail"[..]),
         ];
-        let mut op = SendOp {
-            slot: 0,
-            generation: 0,
-            chunks,
-            iov: Vec::new(),
-            // SAFETY: msghdr is plain integers and pointers; all-zero bytes are valid.
-            hdr: unsafe { std::mem::zeroed() },
-        };
+        let mut op = op_of(chunks);
         op.prepare(LAST);
         assert_eq!(op.len(), LAST + 8);
         assert_eq!(op.writes(), 8, "the head: all but the last LAST bytes");
@@ -285,11 +283,7 @@ mod tests {
             op.hdr.msg_iovlen, 2,
             "the first chunk and 4 bytes of the second"
         );
-        let mut rest = SendOp {
-            chunks: op.unsent(op.writes()),
-            iov: Vec::new(),
-            ..op
-        };
+        let mut rest = op_of(op.unsent(op.writes()));
         rest.prepare(LAST);
         assert_eq!(rest.writes(), LAST, "then the rest, whole");
         let bytes: Vec<u8> = rest.chunks.iter().flat_map(|b| b.to_vec()).collect();
