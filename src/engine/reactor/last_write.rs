@@ -11,9 +11,11 @@
 //!
 //! So a queue longer than 16 buffers goes out in two writes: a short head, then exactly 16
 //! buffers. A buffer is the kernel's GSO size goal, whole segments up to 64 KiB
-//! (`tcp_xmit_size_goal`), which follows from the connection's MSS. The MSS is asked once per
-//! connection; if the path's MTU later shrinks, the last write may be 17 buffers again, which
-//! is only the plain write's cost.
+//! (`tcp_xmit_size_goal`), which follows from the connection's MSS. The unit matters: with
+//! loopback's MTU lowered to 1 500, a last write of 16 loopback segments (17 of that MTU's
+//! buffers) was 4–5% slower than one plain write; one of 16 buffers was not, and gained weft
+//! 6–7%. The MSS is asked once per connection; should the path's MTU shrink later, the last
+//! write may be 17 buffers again, and large sends pay that until the connection is replaced.
 
 use std::os::fd::AsFd;
 
