@@ -232,18 +232,13 @@ impl SendQueue {
     /// Fill `out` with the first queued bytes in order, at most `max_bytes` of them and as
     /// many chunks as fit (the last one cut short at `max_bytes`); returns how many chunks.
     pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>], max_bytes: usize) -> usize {
-        let (mut n, mut left) = (0, max_bytes);
         let chunks = self
             .sealed
             .iter()
             .map(|b| &b[..])
             .chain(Some(&self.open[..]).filter(|o| !o.is_empty()));
-        for (slot, chunk) in out.iter_mut().zip(chunks) {
-            if left == 0 {
-                break;
-            }
-            let part = &chunk[..chunk.len().min(left)];
-            left -= part.len();
+        let mut n = 0;
+        for (slot, part) in out.iter_mut().zip(first_bytes(chunks, max_bytes)) {
             *slot = IoSlice::new(part);
             n += 1;
         }
@@ -306,6 +301,22 @@ impl SendQueue {
             self.sealed.push_front(c);
         }
     }
+}
+
+/// The first `max_bytes` bytes of `chunks`, in order: every chunk before the one the limit
+/// falls in whole, that one cut short, none after it.
+pub fn first_bytes<'a>(
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+    max_bytes: usize,
+) -> impl Iterator<Item = &'a [u8]> {
+    let mut left = max_bytes;
+    chunks.into_iter().map_while(move |chunk| {
+        (left > 0).then(|| {
+            let part = &chunk[..chunk.len().min(left)];
+            left -= part.len();
+            part
+        })
+    })
 }
 
 /// Scratch space on the stack for serializing one message. rkyv needs scratch only to hold the

@@ -3,6 +3,7 @@
 
 use super::last_write;
 use crate::wire::handshake::Handshake;
+use crate::wire::sendq::first_bytes;
 use crate::wire::{FrameDecoder, Payload, SendQueue};
 use crate::NodeId;
 use mio::net::TcpStream;
@@ -49,8 +50,8 @@ pub(super) struct Conn {
     /// io_uring: a send of this connection is in flight. One at a time keeps the byte order
     /// (a second send could overtake a short first one).
     pub(super) sending: bool,
-    /// [`Conn::last_write_max`] of a long queue, once asked (0 before).
-    pub(super) last_write: usize,
+    /// [`Conn::last_write_max`] of a long queue, once asked.
+    pub(super) last_write: Option<usize>,
 }
 
 /// A send handed to io_uring: the chunks and the `msghdr` and iovecs naming them, boxed so
@@ -70,18 +71,13 @@ impl SendOp {
     /// ([`last_write::next_write_len`]); the completion hands back what the write did not take.
     pub(super) fn prepare(&mut self, last_write_max: usize) {
         self.iov.clear();
-        let mut left = last_write::next_write_len(self.len(), last_write_max);
-        for c in &self.chunks {
-            if left == 0 {
-                break;
-            }
-            let len = c.len().min(left);
-            left -= len;
-            self.iov.push(libc::iovec {
-                iov_base: c.as_ptr() as *mut libc::c_void,
-                iov_len: len,
-            });
-        }
+        let len = last_write::next_write_len(self.len(), last_write_max);
+        let chunks = self.chunks.iter().map(|c| &c[..]);
+        self.iov
+            .extend(first_bytes(chunks, len).map(|part| libc::iovec {
+                iov_base: part.as_ptr() as *mut libc::c_void,
+                iov_len: part.len(),
+            }));
         // SAFETY: msghdr is plain integers and pointers, for which all-zero bytes are valid.
         self.hdr = unsafe { std::mem::zeroed() };
         self.hdr.msg_iov = self.iov.as_mut_ptr();
@@ -137,10 +133,9 @@ impl Conn {
         if self.out.len() <= last_write::SHORT_QUEUE {
             return usize::MAX;
         }
-        if self.last_write == 0 {
-            self.last_write = last_write::of_socket(&self.stream);
-        }
-        self.last_write
+        *self
+            .last_write
+            .get_or_insert_with(|| last_write::of_socket(&self.stream))
     }
 }
 

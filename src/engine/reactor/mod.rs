@@ -817,7 +817,7 @@ where
             connecting,
             ending: false,
             sending: false,
-            last_write: 0,
+            last_write: None,
         });
         let slot = match inserted {
             Ok(slot) => slot,
