@@ -25,7 +25,7 @@ mod alternating;
 
 use std::io;
 use std::net::TcpStream;
-use weft::transport::ping::{page_buffer, spin_read, spin_write};
+use weft::transport::ping::spin_write;
 
 /// Sixteen loopback segments (MTU 65 536 less 52 bytes of IPv4 and TCP headers with
 /// timestamps), the most one `send` builds before it stops for ACKs.
@@ -61,18 +61,7 @@ fn main() -> io::Result<()> {
     let size: usize = std::env::args()
         .nth(1)
         .map_or(1 << 20, |a| a.parse().expect("a size in bytes"));
-    let total = size + 64;
-    let mut buf = page_buffer(total, 0);
-    let echo = move |v: usize, s: &mut TcpStream| {
-        spin_read(s, &mut buf)?;
-        way(v, s, &buf)
-    };
-    let (msg, mut back) = (page_buffer(total, 0x5a), page_buffer(total, 0));
-    let client = move |v: usize, s: &mut TcpStream| {
-        way(v, s, &msg)?;
-        spin_read(s, &mut back)
-    };
-    let mut rtts = alternating::run(4, 250, echo, client)?;
+    let mut rtts = alternating::run_sending(4, 250, size + 64, way)?;
     alternating::print_quartiles(
         &format!("size {size} B (+64 framing), one-way µs by way of writing:"),
         &[

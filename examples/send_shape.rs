@@ -22,7 +22,7 @@ mod alternating;
 use std::io::{self, ErrorKind, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use weft::transport::ping::{page_buffer, spin_read, spin_write};
+use weft::transport::ping::spin_write;
 
 /// One `sendmsg(2)` of `parts`, as the reactors' gathered write (`sys::send_gather`) makes.
 fn sendmsg_once(s: &TcpStream, parts: &[IoSlice<'_>]) -> isize {
@@ -79,19 +79,9 @@ fn main() -> io::Result<()> {
     let size: usize = std::env::args()
         .nth(1)
         .map_or(1 << 20, |a| a.parse().expect("a size in bytes"));
-    let total = size + 64;
     let (head, tail) = ([1u8; 16], [2u8; 48]);
-    let mut buf = page_buffer(total, 0);
-    let echo = move |v: usize, s: &mut TcpStream| {
-        spin_read(s, &mut buf)?;
-        way(v, s, &buf, &head, &tail)
-    };
-    let (msg, mut back) = (page_buffer(total, 0x5a), page_buffer(total, 0));
-    let client = move |v: usize, s: &mut TcpStream| {
-        way(v, s, &msg, &head, &tail)?;
-        spin_read(s, &mut back)
-    };
-    let mut rtts = alternating::run(3, 250, echo, client)?;
+    let send = move |v: usize, s: &mut TcpStream, b: &[u8]| way(v, s, b, &head, &tail);
+    let mut rtts = alternating::run_sending(3, 250, size + 64, send)?;
     alternating::print_quartiles(
         &format!("size {size} B (+64 framing), one-way µs by way of sending:"),
         &[

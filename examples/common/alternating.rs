@@ -74,6 +74,33 @@ where
     Ok(rtts)
 }
 
+/// [`run`] for probes that differ only in how a message is sent: a `len`-byte message from a
+/// page-aligned buffer, which the echo reads whole into its own and sends back the same way.
+/// `send(v, stream, message)` sends it as variant `v` does.
+#[allow(dead_code)] // not every probe that includes this file sends this way
+pub fn run_sending<S>(
+    variants: usize,
+    turns: usize,
+    len: usize,
+    send: S,
+) -> std::io::Result<Vec<Vec<u64>>>
+where
+    S: Fn(usize, &mut TcpStream, &[u8]) -> std::io::Result<()> + Clone + Send + 'static,
+{
+    use weft::transport::ping::{page_buffer, spin_read};
+    let (echo_send, mut buf) = (send.clone(), page_buffer(len, 0));
+    let echo = move |v: usize, s: &mut TcpStream| {
+        spin_read(s, &mut buf)?;
+        echo_send(v, s, &buf)
+    };
+    let (msg, mut back) = (page_buffer(len, 0x5a), page_buffer(len, 0));
+    let client = move |v: usize, s: &mut TcpStream| {
+        send(v, s, &msg)?;
+        spin_read(s, &mut back)
+    };
+    run(variants, turns, echo, client)
+}
+
 /// Print `title`, then each variant's one-way p25, p50 and p75 in microseconds (half its
 /// round trips), labelled.
 pub fn print_quartiles(title: &str, labels: &[String], rtts: &mut [Vec<u64>]) {
