@@ -21,8 +21,11 @@ fn pin(core: usize) {
 /// `iters` weft round trips of `size`, timed from inside the protocol (startup excluded).
 fn weft_rtts(backend: Backend, size: usize, iters: u64) -> Duration {
     let opts = NodeOptions {
-        wait: WaitMode::Busy,
         backend: Some(backend),
+        reactor: weft::engine::ReactorOptions {
+            wait: WaitMode::Busy,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     let c = Cluster::start(2, opts, move |i, ids| {
@@ -51,7 +54,7 @@ fn weft_rtts(backend: Backend, size: usize, iters: u64) -> Duration {
 /// The peers' sockets get the engine's congestion control, so that engines are compared (with
 /// this host's default, BBR, a 1 MiB message took 3x longer for pacing alone).
 fn same_congestion(s: &impl std::os::fd::AsFd) {
-    let cc = weft::transport::NodeOptions::default().congestion;
+    let cc = weft::transport::NodeOptions::default().reactor.congestion;
     weft::engine::congestion::apply(s, cc.as_deref());
 }
 
@@ -71,7 +74,7 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
             let (mut s, _) = l.accept().await.expect("accept");
             s.set_nodelay(true).expect("nodelay");
             same_congestion(&s);
-            let mut buf = weft::transport::ping::page_buffer(size, 0);
+            let mut buf = weft::bench::ping::page_buffer(size, 0);
             while s.read_exact(&mut buf).await.is_ok() {
                 if s.write_all(&buf).await.is_err() {
                     break;
@@ -88,8 +91,8 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.set_nodelay(true).expect("nodelay");
         same_congestion(&s);
-        let msg = weft::transport::ping::page_buffer(size, 0x5a);
-        let mut back = weft::transport::ping::page_buffer(size, 0);
+        let msg = weft::bench::ping::page_buffer(size, 0x5a);
+        let mut back = weft::bench::ping::page_buffer(size, 0);
         let start = Instant::now();
         for _ in 0..iters {
             s.write_all(&msg).await.expect("write");
@@ -103,9 +106,9 @@ fn tokio_rtts(size: usize, iters: u64) -> Duration {
 
 fn std_rtts(size: usize, iters: u64) -> Duration {
     // The same congestion control as the engine's nodes (see `same_congestion`).
-    let cc = weft::transport::NodeOptions::default().congestion;
+    let cc = weft::transport::NodeOptions::default().reactor.congestion;
     let rtts =
-        weft::transport::ping::std_busy_poll_rtts(&[size], iters, cc.as_deref()).expect("std ping");
+        weft::bench::ping::std_busy_poll_rtts(&[size], iters, cc.as_deref()).expect("std ping");
     Duration::from_nanos(rtts.get(&size).map_or(0, |v| v.iter().sum()))
 }
 

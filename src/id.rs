@@ -52,12 +52,41 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A process identifier (the papers' `Id`, `ID`).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// A process identifier (the papers' `Id`, `ID`). Archived (rkyv) as a little-endian `u64`,
+/// so protocol messages that carry ids derive their wire form.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
 pub struct NodeId(pub u64);
 
 /// A position in an ordered view: ring position, radix-tree position, POID.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
 pub struct Rank(pub u32);
 
 impl fmt::Debug for NodeId {
@@ -69,6 +98,13 @@ impl fmt::Debug for NodeId {
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "n{}", self.0)
+    }
+}
+
+impl ArchivedNodeId {
+    /// The id this archive holds.
+    pub fn to_native(&self) -> NodeId {
+        NodeId(self.0.to_native())
     }
 }
 

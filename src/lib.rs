@@ -8,25 +8,28 @@
 //! ## Layers
 //!
 //! ```text
-//!  CLI (weft bench | sim | model | node | ping | ida)     your runtime (embedding)
-//!        |                                           |
-//!        v                                           v
-//!   +---------+  drives    +--------------+  drives   +-----------------------------+
-//!   |   sim   | ---------> |    proto     | <-------- | engine + wire + transport   |
-//!   +---------+            | ring, bmg,   |           | io_uring / epoll reactors,  |
-//!        |                 | overlay,     |           | one per core, many nodes    |
-//!        v                 | membership,  |           | each; rkyv frames, handshake|
-//!   +---------+            | ping, relay  |           +-----------------------------+
-//!   |  model  |            +--------------+
-//!   +---------+
-//!                                 |
-//!                                 v
-//!        topology (BMG, radix tree, Process Order, 3-D torus)    ida (GF(2^8) kernels, Rabin IDA)
+//!  cli (weft bench | sim | model | node | ping | ida)          your runtime (examples/embed.rs)
+//!    |                                                              |
+//!    v                                                              v
+//!  bench (stabilize + its bare-TCP floor, ping, relay,      transport (spawn, Cluster,
+//!    |    multi-process runs, model validation)               NodeOptions, events)
+//!    |             \                                         /      |
+//!    v              v                                       v       v
+//!  sim ---drives---> proto <---drives--- engine (reactors; io_uring | epoll)   bootstrap
+//!  (schedulers,      (ring, bmg, overlay,   |                                   (launcher
+//!   timed world)      membership, ping,     v                                    exchange)
+//!    |                relay)              wire (frames, MACs, handshake: bytes only)
+//!    v                  |
+//!  model (analytic)     v
+//!             topology (pure math)     ida (GF(2^8), dispersal)     buf, rng, metrics (leaves)
 //! ```
 //!
-//! Protocols are sans-IO state machines ([`proto::Protocol`]): events in, actions out, no
-//! sockets, no clock. The simulator ([`sim`]) drives them over millions of simulated processes;
-//! the engine ([`engine`], [`transport`]) drives the same code over real sockets.
+//! The arrows show what uses what; `tests/layers.rs` holds the exact table of allowed imports
+//! (the one in `DESIGN.md`) and fails on any other. Protocols are sans-IO
+//! state machines ([`proto::Protocol`]): events in, actions out, no sockets, no clock. The
+//! simulator ([`sim`]) drives them over many simulated processes; the engine ([`engine`],
+//! through [`transport`]) drives the same code over real sockets. Experiments ([`bench`]) sit
+//! apart from the embeddable API.
 //!
 //! ## Embedding a protocol
 //!
@@ -53,17 +56,20 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
+pub mod bootstrap;
+pub mod buf;
 pub mod engine;
 mod id;
 pub mod ida;
 pub mod metrics;
 pub mod model;
-pub mod plot;
 pub mod proto;
+pub mod rng;
 pub mod sim;
 mod sys;
 pub mod topology;
 pub mod transport;
 pub mod wire;
 
-pub use id::{NodeId, Rank};
+pub use id::{ArchivedNodeId, ArchivedRank, NodeId, Rank};

@@ -22,6 +22,30 @@ pub struct Summary {
     pub mean_us: f64,
 }
 
+/// Summarize samples in microseconds exactly (nearest-rank percentiles, the exact mean): for the
+/// tens or thousands of trials a benchmark runs, where a histogram's 3 significant digits would
+/// make one trial's p50 differ from its mean.
+pub fn summarize_exact(samples_us: &[f64]) -> Summary {
+    let mut v = samples_us.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = |q: f64| -> f64 {
+        if v.is_empty() {
+            return 0.0;
+        }
+        let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+        v[i]
+    };
+    Summary {
+        count: v.len() as u64,
+        p50_us: rank(0.5),
+        p90_us: rank(0.9),
+        p99_us: rank(0.99),
+        p999_us: rank(0.999),
+        max_us: v.last().copied().unwrap_or(0.0),
+        mean_us: v.iter().sum::<f64>() / v.len().max(1) as f64,
+    }
+}
+
 /// A histogram of nanosecond samples from 1 ns to 100 s, 3 significant digits.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("static histogram bounds are valid")
@@ -143,5 +167,44 @@ mod tests {
         assert!((s.p50_us - 500.0).abs() < 1.0, "{s:?}");
         assert!((s.p99_us - 990.0).abs() < 2.0, "{s:?}");
         assert!((s.mean_us - 500.5).abs() < 1.0, "{s:?}");
+    }
+}
+
+// Confidence intervals of a mean, as the paper's figures draw them (99%).
+/// Two-sided 99% quantiles of Student's t for 1..=30 degrees of freedom.
+const T99: [f64; 30] = [
+    63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012,
+    2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779,
+    2.771, 2.763, 2.756, 2.750,
+];
+
+/// Mean and the half-width of its 99% confidence interval (Student's t; the normal 2.576
+/// beyond 30 degrees of freedom, where the two differ by under 7%). `None` for fewer than two
+/// samples, where no interval exists.
+pub fn mean_ci99(samples: &[f64]) -> Option<(f64, f64)> {
+    let n = samples.len();
+    if n < 2 {
+        return None;
+    }
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let t = T99.get(n - 2).copied().unwrap_or(2.576);
+    Some((mean, t * (var / n as f64).sqrt()))
+}
+
+#[cfg(test)]
+mod ci_tests {
+    use super::*;
+
+    #[test]
+    fn interval_of_known_samples() {
+        // 1..=10: mean 5.5, s = 3.0277, t(9) = 3.250 -> 3.250 * 3.0277 / sqrt(10) = 3.1118.
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        let (m, h) = mean_ci99(&v).unwrap();
+        assert!((m - 5.5).abs() < 1e-12);
+        assert!((h - 3.1118).abs() < 1e-3, "{h}");
+        assert_eq!(mean_ci99(&[1.0]), None);
+        // Equal samples: no spread.
+        assert_eq!(mean_ci99(&[2.0, 2.0, 2.0]), Some((2.0, 0.0)));
     }
 }

@@ -27,9 +27,12 @@ fn cpu_time() -> Duration {
 /// ping-pong has made their connection hot.
 fn idle_cpu(backend: Backend, wait: WaitMode, window: Duration) -> Duration {
     let opts = NodeOptions {
-        wait,
         pin: false,
         backend: Some(backend),
+        reactor: weft::engine::ReactorOptions {
+            wait,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     let cluster = Cluster::start(2, opts, |i, ids| {

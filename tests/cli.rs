@@ -214,10 +214,10 @@ fn a_256_node_job_runs_under_the_default_descriptor_limit() {
         0
     );
     if hard.rlim_max < 8192 {
-        println!(
-            "SKIPPED: the hard limit on descriptors, {}, is too low",
+        common::skip::skip(&format!(
+            "the hard limit on descriptors, {}, is too low",
             hard.rlim_max
-        );
+        ));
         return;
     }
     let mut c = common::weft_command(

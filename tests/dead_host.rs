@@ -8,6 +8,8 @@
 //!
 //! Needs root (network namespaces); without them the test says so and passes vacuously.
 
+mod common;
+
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::mpsc::{channel, Receiver};
@@ -92,10 +94,13 @@ impl Drop for Host {
 
 fn opts(backend: Backend) -> NodeOptions {
     NodeOptions {
-        wait: WaitMode::Block,
         pin: false,
         backend: Some(backend),
-        dead_after: Some(DEAD_AFTER),
+        reactor: weft::engine::ReactorOptions {
+            wait: WaitMode::Block,
+            dead_after: Some(DEAD_AFTER),
+            ..Default::default()
+        },
         ..NodeOptions::default()
     }
 }
@@ -122,7 +127,7 @@ fn wait_for(
 /// connection: keepalive's).
 fn vanished_host_is_suspected(backend: Backend, tag: &str, net: u8, talking: bool) {
     let Some(host) = Host::new(tag, net) else {
-        eprintln!("SKIPPED: cannot make a network namespace here (needs root and `ip`)");
+        common::skip::skip("cannot make a network namespace here (needs root and `ip`)");
         return;
     };
     let (a, b) = (NodeId(1), NodeId(2));

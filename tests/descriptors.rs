@@ -57,10 +57,13 @@ fn node_options(
 ) -> NodeOptions {
     NodeOptions {
         key: Some(key.clone()),
-        wait: WaitMode::Block,
         pin: false,
         backend: Some(backend),
-        handshake_timeout,
+        reactor: weft::engine::ReactorOptions {
+            wait: WaitMode::Block,
+            handshake_timeout,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     }
 }
@@ -75,11 +78,7 @@ fn dial_as_peer(
 ) -> Result<NodeId, String> {
     peer.connect(&target.into()).unwrap();
     let mut peer: std::net::TcpStream = peer.into();
-    let me = Identity {
-        job_id: 1,
-        node_id: NodeId(9),
-        key,
-    };
+    let me = Identity::new(1, NodeId(9), key);
     shake_hands(&mut peer, me, patience)
 }
 
@@ -99,7 +98,11 @@ fn fill_descriptors_but(room: usize) -> Vec<std::os::fd::OwnedFd> {
 
 fn running_out_of_descriptors_on(backend: Backend) {
     let key = JobKey::from_bytes([6; 32]);
-    let o = node_options(&key, backend, NodeOptions::default().handshake_timeout);
+    let o = node_options(
+        &key,
+        backend,
+        NodeOptions::default().reactor.handshake_timeout,
+    );
     // A modest limit before the node starts: an io_uring accept takes the limit in force when
     // it was armed, not when it runs.
     let (soft, _) = limit_descriptors(open_descriptors() + 512);

@@ -5,20 +5,23 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use weft::bench::scenario::Fail;
+use weft::bench::stabilize::{trial, BenchConfig, Placement};
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
 use weft::proto::Event;
-use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::{trial, BenchConfig, Placement};
 use weft::transport::{bind, spawn, Cluster, NodeOptions, NodeSpec};
 use weft::wire::handshake::JobKey;
 use weft::NodeId;
 
 fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConfig {
     let opts = NodeOptions {
-        wait: WaitMode::Block,
         backend: Some(backend),
+        reactor: weft::engine::ReactorOptions {
+            wait: WaitMode::Block,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     BenchConfig {
@@ -38,19 +41,37 @@ fn every_failure_kind_ends_in_one_view_on_both_backends() {
             Fail::RootPlus(1),
         ] {
             for mode in [TreeMode::Patch, TreeMode::Rebalance] {
-                let cfg = config(21, fail, mode, backend);
+                let cfg = config(21, fail.clone(), mode, backend);
                 let t = trial(&cfg, 0).unwrap_or_else(|e| panic!("{backend} {fail} {mode:?}: {e}"));
-                let expected = match fail {
-                    Fail::Multi(k) => k,
-                    Fail::RootPlus(k) => k + 1,
-                    _ => 1,
-                };
+                let expected = fail.killed();
                 assert_eq!(t.victims.len(), expected, "{fail}");
                 assert!(
                     t.views_agree,
                     "{backend} {fail} {mode:?}: survivors disagree ({t:?})"
                 );
                 assert!(t.epochs >= 1, "{t:?}");
+            }
+        }
+    }
+}
+
+/// The root and the process next in line killed together (the failover that deadlocked), the
+/// root and all but one (a lone survivor), the root and the next two, named: a live process
+/// takes over every time, and the survivors agree on one view.
+#[test]
+fn root_failover_past_dead_successors_on_both_backends() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        for (n, fail) in [
+            (16, Fail::RootPlus(1)),
+            (4, Fail::RootPlus(1)),
+            (16, Fail::RootPlus(14)),
+            (16, Fail::Named(vec![NodeId(0), NodeId(1), NodeId(2)])),
+            (16, Fail::Named(vec![NodeId(1), NodeId(0)])),
+        ] {
+            for rep in 0..3 {
+                let cfg = config(n, fail.clone(), TreeMode::Patch, backend);
+                let t = trial(&cfg, rep).unwrap_or_else(|e| panic!("{backend} {n} {fail}: {e}"));
+                assert!(t.views_agree, "{backend} {n} {fail} trial {rep}: {t:?}");
             }
         }
     }
@@ -77,7 +98,7 @@ fn both_placements_kill_the_victims_and_agree() {
 fn the_benchmark_summarizes_repeated_trials() {
     let cfg = config(16, Fail::Inner, TreeMode::Patch, Backend::Poll);
     let mut seen = 0;
-    let r = weft::transport::stabilize::run(&cfg, 3, |_, t| {
+    let r = weft::bench::stabilize::run(&cfg, 3, |_, t| {
         assert!(t.views_agree);
         seen += 1;
     })
@@ -85,7 +106,7 @@ fn the_benchmark_summarizes_repeated_trials() {
     assert_eq!((seen, r.repeat, r.nodes, r.radix), (3, 3, 16, 4));
     assert!(r.views_agree);
     assert!(r.ts_p50_us > 0.0 && r.ts_p50_us <= r.ts_p99_us && r.ts_p99_us <= r.ts_max_us);
-    assert!(r.ci99_us >= 0.0 && r.ts_mean_us > 0.0);
+    assert!(r.ci99_us.is_some_and(|c| c >= 0.0) && r.ts_mean_us > 0.0);
     assert_eq!(r.backend, "poll");
 }
 
@@ -100,7 +121,7 @@ fn the_join_benchmark_admits_the_newcomer_everywhere() {
                 ..config(21, Fail::Inner, mode, backend)
             };
             let mut seen = 0;
-            let r = weft::transport::stabilize::run(&cfg, 2, |_, t| {
+            let r = weft::bench::stabilize::run(&cfg, 2, |_, t| {
                 assert!(t.views_agree, "{backend} {mode:?}: {t:?}");
                 assert!(t.victims.is_empty() && t.epochs >= 1, "{t:?}");
                 seen += 1;

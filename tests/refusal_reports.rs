@@ -45,9 +45,12 @@ fn a_stranger_flood_is_counted_not_listed_on(backend: Backend) {
     let key = JobKey::from_bytes([21; 32]);
     let opts = NodeOptions {
         key: Some(key.clone()),
-        wait: WaitMode::Block,
         pin: false,
         backend: Some(backend),
+        reactor: weft::engine::ReactorOptions {
+            wait: WaitMode::Block,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     let c = Cluster::start(2, opts.clone(), move |_, _| PingPong::ponger()).unwrap();

@@ -37,10 +37,13 @@ fn with_refusals<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> (
 /// zero-copy sends) with every echo checked.
 fn ping_pong_through_refusals(wait: WaitMode) {
     let opts = NodeOptions {
-        wait,
         pin: false,
         backend: Some(Backend::Uring),
-        zerocopy_min: 64 * 1024,
+        reactor: weft::engine::ReactorOptions {
+            wait,
+            zerocopy_min: 64 * 1024,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     let sizes = vec![8, 4096, 100_000, 1 << 20];
@@ -74,7 +77,7 @@ fn ping_pong_through_refusals(wait: WaitMode) {
 /// Run `test` for blocking and for spinning reactors, where io_uring runs at all.
 fn on_both_waits(test: impl Fn(WaitMode)) {
     if let Some(why) = weft::engine::uring_unavailable() {
-        eprintln!("io_uring unavailable here ({why}): skipped");
+        common::skip::skip(&format!("io_uring unavailable here ({why})"));
         return;
     }
     for wait in [WaitMode::Block, WaitMode::Busy] {
@@ -94,11 +97,14 @@ fn transient_io_uring_refusals_delay_but_lose_nothing() {
 fn a_full_submission_queue_the_kernel_refuses_loses_nothing() {
     on_both_waits(|wait| {
         let opts = NodeOptions {
-            wait,
             pin: false,
             backend: Some(Backend::Uring),
             reactors: Some(1),
-            ring_entries: 4,
+            reactor: weft::engine::ReactorOptions {
+                wait,
+                ring_entries: 4,
+                ..Default::default()
+            },
             ..NodeOptions::default()
         };
         let (refused, passed, ()) = with_refusals(move || builds_the_bmg(3, opts));
@@ -117,14 +123,17 @@ fn a_full_submission_queue_the_kernel_refuses_loses_nothing() {
 #[test]
 fn a_blocked_reactor_pauses_between_refused_enters() {
     if let Some(why) = weft::engine::uring_unavailable() {
-        eprintln!("io_uring unavailable here ({why}): skipped");
+        common::skip::skip(&format!("io_uring unavailable here ({why})"));
         return;
     }
     const SPELL: Duration = Duration::from_millis(400);
     let opts = NodeOptions {
-        wait: WaitMode::Block,
         pin: false,
         backend: Some(Backend::Uring),
+        reactor: weft::engine::ReactorOptions {
+            wait: WaitMode::Block,
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     let (tries, seen) = std::thread::spawn(move || {

@@ -35,7 +35,7 @@ impl Disabled {
         let set = std::fs::read_to_string(SYSCTL)
             .and_then(|old| std::fs::write(SYSCTL, value).map(|()| Disabled(old)));
         if let Err(e) = &set {
-            eprintln!("SKIPPED io_uring_disabled = {value}: {SYSCTL}: {e}");
+            common::skip::skip(&format!("io_uring_disabled = {value}: {SYSCTL}: {e}"));
         }
         set.ok()
     }
@@ -86,11 +86,13 @@ fn ran_on(out: &Output, backend: &str, why: &str, case: &str) {
 fn my_turn(what: &str) -> Option<MutexGuard<'static, ()>> {
     let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !can_switch_user() {
-        eprintln!("SKIPPED {what}: needs root");
+        common::skip::skip(&format!("{what}: needs root"));
         return None;
     }
     if let Some(why) = weft::engine::uring::unavailable() {
-        eprintln!("SKIPPED {what}: io_uring is unavailable here already ({why})");
+        common::skip::skip(&format!(
+            "{what}: io_uring is unavailable here already ({why})"
+        ));
         return None;
     }
     Some(turn)

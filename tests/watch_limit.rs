@@ -59,7 +59,7 @@ fn a_connection_epoll_cannot_watch_is_refused_alone() {
     let (mut child, addr, reports) = start_node(&key, Some("poll"));
     let Some(limit) = Watches::limit_to_in_use_plus(32) else {
         let _ = child.kill();
-        eprintln!("{SYSCTL} cannot be written here (not root): skipped");
+        common::skip::skip(&format!("{SYSCTL} cannot be written here (not root)"));
         return;
     };
     // More strangers than watches are left: some cannot be watched.
@@ -88,10 +88,10 @@ fn a_connection_epoll_cannot_watch_is_refused_alone() {
         child.try_wait().unwrap().is_none(),
         "the node ended: {seen:?}"
     );
+    // A peer of the node's job: its parameters are those of a one-node membership job.
     let me = Identity {
-        job_id: 1,
-        node_id: NodeId(5),
-        key,
+        params: "membership nodes=1 radix=4 mode=patch".into(),
+        ..Identity::new(1, NodeId(5), key)
     };
     let mut peer = TcpStream::connect(addr).expect("the node still listens");
     let shaken = shake_hands(&mut peer, me, Duration::from_secs(5));

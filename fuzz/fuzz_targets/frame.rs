@@ -12,11 +12,7 @@ fuzz_target!(|data: &[u8]| {
     // Split the input in two pushes at a data-dependent point: exercises partial frames.
     let cut = data.first().map_or(0, |&b| b as usize).min(data.len());
     let mut d = FrameDecoder::new(1 << 16);
-    let me = Identity {
-        job_id: 7,
-        node_id: NodeId(1),
-        key: JobKey::from_bytes([9; 32]),
-    };
+    let me = Identity::new(7, NodeId(1), JobKey::from_bytes([9; 32]));
     let mut out = Vec::new();
     // Both ends of a handshake read the same frames: the responder that accepted the
     // connection, and the initiator that dialed node 5 (the seed Hello's id), which also

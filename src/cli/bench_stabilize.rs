@@ -1,15 +1,15 @@
 //! `weft bench stabilize`: the main job. Real membership nodes on loopback, a node killed for
 //! real, Ts measured from detection to the root's stabilization, over repeated trials.
 
+use super::checks;
+use super::plot::{log_x_svg, Series};
+use super::values::{BootstrapArg, PlacementArg};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::time::Duration;
-use weft::plot::{log_x_svg, Series};
-use weft::sim::rng::SimRng;
-use weft::sim::stabilize::Fail;
-use weft::transport::bare_wave::WaveReport;
-use weft::transport::stabilize::{floor, run as run_bench, BenchConfig, BenchReport, Placement};
+use weft::bench::bare_wave::WaveReport;
+use weft::bench::stabilize::{floor, run as run_bench, BenchConfig, BenchReport};
+use weft::rng::SimRng;
 
 /// Arguments of `weft bench stabilize`.
 #[derive(Args, Debug)]
@@ -22,9 +22,8 @@ pub struct BenchStabilizeArgs {
     nodes_list: Vec<u32>,
     #[command(flatten)]
     tree: super::TreeArgs,
-    /// leaf, inner, root, multi:K or root+K.
-    #[arg(long, default_value = "inner")]
-    fail: Fail,
+    #[command(flatten)]
+    fail: super::FailArgs,
     /// Time a new process joining the job instead of a failure (--fail is not used): Ts from
     /// the root's admission to its stabilization; "detect" is the joiner's start to the
     /// admission.
@@ -35,7 +34,7 @@ pub struct BenchStabilizeArgs {
     repeat: u32,
     /// How in-process nodes are spread over the reactors (one per core).
     #[arg(long, value_enum, default_value = "subtree", conflicts_with = "procs")]
-    placement: Placement,
+    placement: PlacementArg,
     #[command(flatten)]
     engine: super::EngineArgs,
     /// Seed of the victims' choice (printed when chosen at random).
@@ -64,24 +63,56 @@ pub struct BenchStabilizeArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
+    /// Run as one rank of a launched job (`srun`, `mpirun`, `mpiexec.hydra`): one node per
+    /// rank, the job's size as --nodes, rank 0 driving the trials and printing the results.
+    /// Each trial is a fresh job on the same ranks; a victim's node crashes, its process
+    /// stays for the next trial.
+    #[arg(long, value_enum, conflicts_with_all = ["procs", "compare", "join", "nodes_list", "plot"])]
+    bootstrap: Option<BootstrapArg>,
 }
 
 /// Run `weft bench stabilize`.
 pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        a.timeout_s.is_finite() && a.timeout_s > 0.0,
-        "--timeout-s must be a positive number"
-    );
-    anyhow::ensure!(
-        a.batch_us.is_finite() && a.batch_us >= 0.0,
-        "--batch-us must be a non-negative number"
-    );
-    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    let timeout = checks::positive_duration("--timeout-s", a.timeout_s, 1.0)?;
+    let batch = checks::duration("--batch-us", a.batch_us, 1e-6)?;
+    a.tree.check()?;
+    anyhow::ensure!(a.repeat >= 1, "--repeat must be at least 1");
+    let fail = a.fail.fail()?;
     let sizes = if a.nodes_list.is_empty() {
         vec![a.nodes]
     } else {
         a.nodes_list.clone()
     };
+    checks::distinct("--nodes-list", &sizes)?;
+    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    let procs = if a.procs {
+        Some(std::env::current_exe()?)
+    } else {
+        None
+    };
+    // Every size is checked (and its first trial planned) before the first one runs.
+    let mut configs = Vec::new();
+    for &n in &sizes {
+        let cfg = BenchConfig {
+            timeout,
+            procs: procs.clone(),
+            batch,
+            join: a.join,
+            placement: a.placement.into(),
+            ..a.tree.bench(n, fail.clone(), seed, &a.engine)
+        };
+        weft::bench::stabilize::check(&cfg).map_err(|e| anyhow::anyhow!("{n} nodes: {e}"))?;
+        configs.push(cfg);
+    }
+    if let Some(p) = &a.plot {
+        checks::writable("--plot", p)?;
+    }
+    if let Some(b) = a.bootstrap {
+        let want = b.want().ok_or_else(|| {
+            anyhow::anyhow!("--bootstrap peers is for weft node; here a launcher")
+        })?;
+        return launched(&a, configs.remove(0), want);
+    }
     if !a.json {
         say!(
             "weft bench stabilize: {} on 127.0.0.1, radix {}, {:?} tree, {}, {} trials, seed {seed}",
@@ -91,8 +122,8 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 let how = a.placement.to_possible_value().expect("no variant is skipped");
                 format!("in-process nodes placed by {}", how.get_name())
             },
-            a.tree.radix, a.tree.mode,
-            if a.join { "a new process joins".to_string() } else { format!("fail {}", a.fail) },
+            a.tree.radix, a.tree.mode(),
+            if a.join { "a new process joins".to_string() } else { format!("fail {fail}") },
             a.repeat
         );
         if a.join {
@@ -119,20 +150,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         );
     }
     let mut reports: Vec<BenchReport> = Vec::new();
-    let mut floors: Vec<WaveReport> = Vec::new();
-    for n in sizes {
-        let cfg = BenchConfig {
-            timeout: Duration::from_secs_f64(a.timeout_s),
-            procs: if a.procs {
-                Some(std::env::current_exe()?)
-            } else {
-                None
-            },
-            batch: Duration::from_secs_f64(a.batch_us * 1e-6),
-            join: a.join,
-            placement: a.placement,
-            ..a.tree.bench(n, a.fail, seed, &a.engine)
-        };
+    let mut floors: Vec<Option<WaveReport>> = Vec::new();
+    let ci = |c: Option<f64>| c.map_or("-".to_string(), |c| format!("{c:.1}"));
+    for cfg in configs {
+        let n = cfg.nodes;
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -144,7 +165,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10.1} {:>7} {:>6}",
+                "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5} {:>10.1} {:>7} {:>6}",
                 r.nodes,
                 r.height,
                 r.backend,
@@ -154,7 +175,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 r.ts_p99_us,
                 r.ts_max_us,
                 r.ts_mean_us,
-                r.ci99_us,
+                ci(r.ci99_us),
                 r.detect_p50_us,
                 r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}")),
                 r.views_agree
@@ -165,12 +186,16 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             "{n} nodes: survivors did not agree on one view"
         );
         if a.compare {
-            let f = floor(&cfg, a.repeat)?;
+            let Some(f) = floor(&cfg, a.repeat)? else {
+                floors.push(None);
+                reports.push(r);
+                continue;
+            };
             if a.json {
                 say!("{}", serde_json::to_string(&f)?);
             } else {
                 say!(
-                    "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5.1} {:>10} {:>7} {:>6}",
+                    "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5} {:>10} {:>7} {:>6}",
                     f.nodes,
                     f.height,
                     f.backend,
@@ -180,37 +205,48 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                     f.ts_p99_us,
                     f.ts_max_us,
                     f.ts_mean_us,
-                    f.ci99_us,
+                    ci(f.ci99_us),
                     "-",
                     f.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}")),
                     "-"
                 );
             }
-            floors.push(f);
+            floors.push(Some(f));
         }
         reports.push(r);
     }
     if !a.json && !floors.is_empty() {
         say!("");
         say!("weft / bare-tcp (the floor: one wave over plain TCP sockets; lower is better)");
+        let ratio = |a: Option<f64>, b: f64| {
+            a.filter(|_| b > 0.0)
+                .map_or("n/a".to_string(), |a| format!("{:.2}x", a / b))
+        };
         for (r, f) in reports.iter().zip(&floors) {
-            say!(
-                "{:>6} nodes  Ts p50 {:.2}x   mean {:.2}x   CPU {:.2}x",
-                r.nodes,
-                r.ts_p50_us / f.ts_p50_us.max(1e-9),
-                r.ts_mean_us / f.ts_mean_us.max(1e-9),
-                r.cpu_mean_us / f.cpu_mean_us.max(1e-9)
-            );
+            match f {
+                Some(f) => say!(
+                    "{:>6} nodes  Ts p50 {}   mean {}   CPU {}",
+                    r.nodes,
+                    ratio(Some(r.ts_p50_us), f.ts_p50_us),
+                    ratio(Some(r.ts_mean_us), f.ts_mean_us),
+                    ratio(r.cpu_mean_us, f.cpu_mean_us)
+                ),
+                None => say!(
+                    "{:>6} nodes  n/a: the survivors' tree has one process, there is no wave",
+                    r.nodes
+                ),
+            }
         }
     }
     if let Some(path) = &a.plot {
         let n = |r: &BenchReport| r.nodes as f64;
         let mut series = vec![
             Series::of("mean (99% CI)", &reports, n, |r| r.ts_mean_us)
-                .with_error(&reports, |r| r.ci99_us),
+                .with_error(&reports, |r| r.ci99_us.unwrap_or(0.0)),
             Series::of("median", &reports, n, |r| r.ts_p50_us),
             Series::of("99th percentile", &reports, n, |r| r.ts_p99_us),
         ];
+        let floors: Vec<&WaveReport> = floors.iter().flatten().collect();
         if !floors.is_empty() {
             series.push(Series::of(
                 "floor: bare TCP wave, median",
@@ -222,7 +258,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         let what = if a.join {
             "a join".to_string()
         } else {
-            format!("failure ({})", a.fail)
+            format!("failure ({fail})")
         };
         let title = format!(
             "Ts after {what}, radix {}, loopback TCP ({}, {} trials)",
@@ -235,5 +271,43 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             say!("plot: {}", path.display());
         }
     }
+    Ok(())
+}
+
+/// `--bootstrap`: this process is one rank; rank 0 prints.
+fn launched(
+    a: &BenchStabilizeArgs,
+    cfg: BenchConfig,
+    want: weft::bootstrap::Want,
+) -> anyhow::Result<()> {
+    let Some(r) = weft::bench::launched::run(&cfg, want, a.repeat, |_, _| {})? else {
+        return Ok(());
+    };
+    if a.json {
+        say!("{}", serde_json::to_string(&r)?);
+    } else {
+        say!(
+            "weft bench stabilize: {} ranks under {}, radix {}, fail {}, {} trials (fresh jobs), seed {}",
+            r.ranks.unwrap_or(r.nodes),
+            r.launcher.as_deref().unwrap_or("?"),
+            r.radix,
+            r.fail,
+            r.repeat,
+            r.seed
+        );
+        say!(
+            "Ts p50 {:.1} µs  p90 {:.1}  p99 {:.1}  max {:.1}  mean {:.1} ± {}  detect {:.1} µs  clock error ≤ {} µs  agree {}",
+            r.ts_p50_us,
+            r.ts_p90_us,
+            r.ts_p99_us,
+            r.ts_max_us,
+            r.ts_mean_us,
+            r.ci99_us.map_or("-".to_string(), |c| format!("{c:.1}")),
+            r.detect_p50_us,
+            r.clock_err_us.map_or("-".to_string(), |c| format!("{c:.1}")),
+            r.views_agree
+        );
+    }
+    anyhow::ensure!(r.views_agree, "survivors did not agree on one view");
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! `weft ida`: disperse a file into pieces, rebuild it from any m of them, and benchmark.
 
+use super::values::{IdaModeArg, KernelArg};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use weft::ida::bench::{measure, memcpy, BenchRow, CONFIGS, SIZES};
+use weft::bench::ida::{measure, memcpy, BenchRow, CONFIGS, SIZES};
 use weft::ida::{reconstruct, Dispersal, IdaError, Kernel, Mode, Piece};
 
 /// `weft ida ...`
@@ -30,8 +31,8 @@ pub struct DisperseArgs {
     #[arg(short)]
     m: usize,
     /// Rabin (every piece a combination) or systematic (pieces 0..m hold the data).
-    #[arg(long, value_enum, default_value_t = Mode::Rabin)]
-    mode: Mode,
+    #[arg(long, value_enum, default_value = "rabin")]
+    mode: IdaModeArg,
     /// Directory for the pieces (created if missing).
     #[arg(short, long)]
     out: PathBuf,
@@ -52,7 +53,7 @@ pub struct ReconstructArgs {
 pub struct BenchArgs {
     /// Region kernel (default: the fastest this CPU runs, or WEFT_GF_KERNEL).
     #[arg(long, value_enum)]
-    kernel: Option<Kernel>,
+    kernel: Option<KernelArg>,
     /// Seconds spent per measurement (the best run counts).
     #[arg(long, default_value_t = 0.3)]
     budget_s: f64,
@@ -72,7 +73,8 @@ pub fn run(cmd: IdaCommand) -> anyhow::Result<()> {
 
 fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
     let data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let d = Dispersal::new(a.n, a.m, a.mode)?;
+    let mode: Mode = a.mode.into();
+    let d = Dispersal::new(a.n, a.m, mode)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let pieces = d.disperse(&data);
     for p in &pieces {
@@ -87,7 +89,7 @@ fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
         a.n,
         d.piece_len(data.len()),
         a.out.display(),
-        a.mode,
+        mode,
         a.m,
         d.kernel()
     );
@@ -146,7 +148,7 @@ fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
-    let kernel = match a.kernel {
+    let kernel = match a.kernel.map(Kernel::from) {
         Some(k) if !k.available() => bail!("kernel {k} is not supported by this CPU"),
         Some(k) => k,
         None => Kernel::detect()?,
@@ -234,7 +236,7 @@ fn isal_rows(
     mode: Mode,
     budget: Duration,
 ) -> anyhow::Result<Vec<BenchRow>> {
-    use weft::ida::bench::measure_isal;
+    use weft::bench::ida::measure_isal;
     use weft::ida::isal::Variant;
     let mut rows = measure_isal(m, n, bytes, mode, Variant::Auto, budget)?;
     rows.extend(measure_isal(m, n, bytes, mode, Variant::Avx2, budget)?);

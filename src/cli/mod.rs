@@ -14,18 +14,21 @@ macro_rules! say {
 }
 
 pub mod bench_stabilize;
+pub mod checks;
 pub mod ida;
 pub mod model_validate;
 pub mod node;
 pub mod ping;
+pub mod plot;
 pub mod sim_bmg;
 pub mod sim_stabilize;
+pub mod values;
 
 use clap::{Args, Parser, Subcommand};
-use weft::engine::{Backend, WaitMode};
+use values::{BackendArg, TreeModeArg, WaitArg};
+use weft::bench::scenario::{parse_victims, Fail};
+use weft::bench::stabilize::{job_options, BenchConfig};
 use weft::proto::membership::{TreeMode, ORPHAN_HOLD};
-use weft::sim::stabilize::Fail;
-use weft::transport::stabilize::{job_options, BenchConfig};
 
 /// weft: a resilient communication layer for HPC runtime environments.
 #[derive(Parser, Debug)]
@@ -43,8 +46,8 @@ pub struct TreeArgs {
     #[arg(long, default_value_t = 4)]
     pub radix: u32,
     /// Paper's local patching, or recompute the balanced tree.
-    #[arg(long, value_enum, default_value_t = TreeMode::Patch)]
-    pub mode: TreeMode,
+    #[arg(long, value_enum, default_value = "patch")]
+    pub mode: TreeModeArg,
     /// A process whose parent failed leaves the report to that parent's own parent for this
     /// many µs, and makes it only if none came (0: at once, as in the paper).
     #[arg(long, default_value_t = ORPHAN_HOLD.as_micros() as u64)]
@@ -52,7 +55,19 @@ pub struct TreeArgs {
 }
 
 impl TreeArgs {
-    /// The orphan hold as a duration.
+    /// Check the tree's settings (before anything runs).
+    pub fn check(&self) -> anyhow::Result<()> {
+        checks::radix(self.radix)?;
+        checks::micros("--orphan-hold-us", self.orphan_hold_us)?;
+        Ok(())
+    }
+
+    /// The tree mode.
+    pub fn mode(&self) -> TreeMode {
+        self.mode.into()
+    }
+
+    /// The orphan hold as a duration (checked by [`Self::check`]).
     pub fn orphan_hold(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.orphan_hold_us)
     }
@@ -65,12 +80,35 @@ impl TreeArgs {
             ..BenchConfig::new(
                 n,
                 self.radix,
-                self.mode,
+                self.mode(),
                 fail,
                 seed,
-                job_options(engine.wait, engine.backend),
+                job_options(engine.wait.into(), engine.backend.map(Into::into)),
             )
         }
+    }
+}
+
+/// Which processes fail, shared by the commands that kill some.
+#[derive(Args, Debug)]
+pub struct FailArgs {
+    /// leaf, inner, root, multi:K (K random non-root processes) or root+K (the root and K
+    /// others).
+    #[arg(long, default_value = "inner")]
+    pub fail: Fail,
+    /// Kill these processes, in this order, instead of a --fail draw: n0,n1 (the root, then
+    /// the next in line).
+    #[arg(long, conflicts_with = "fail")]
+    pub victims: Option<String>,
+}
+
+impl FailArgs {
+    /// The failure case: the named victims, or the --fail draw.
+    pub fn fail(&self) -> anyhow::Result<Fail> {
+        Ok(match &self.victims {
+            Some(v) => Fail::Named(parse_victims(v).map_err(anyhow::Error::msg)?),
+            None => self.fail.clone(),
+        })
     }
 }
 
@@ -79,10 +117,10 @@ impl TreeArgs {
 pub struct EngineArgs {
     /// I/O backend (default: automatic, or WEFT_BACKEND).
     #[arg(long, value_enum)]
-    pub backend: Option<Backend>,
+    pub backend: Option<BackendArg>,
     /// How reactors wait. Many nodes share the cores here, so blocking is the default.
-    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
-    pub wait: WaitMode,
+    #[arg(long, value_enum, default_value = "block")]
+    pub wait: WaitArg,
 }
 
 /// Top-level subcommands.

@@ -1,12 +1,13 @@
 //! `weft model validate`: the models of ICS'06 against real runs on this machine.
 
+use super::checks;
+use super::plot::{log_x_svg, Series};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use weft::model::validate::{validate, ValidateRow};
-use weft::plot::{log_x_svg, Series};
-use weft::sim::rng::SimRng;
-use weft::sim::stabilize::Fail;
+use weft::bench::scenario::Fail;
+use weft::bench::validate::{validate, ValidateRow};
+use weft::rng::SimRng;
 
 /// Arguments of `weft model validate`.
 #[derive(Args, Debug)]
@@ -37,12 +38,35 @@ pub struct ValidateArgs {
 
 /// Run `weft model validate`.
 pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
+    // Everything is checked before the first measurement.
+    a.tree.check()?;
+    anyhow::ensure!(a.repeat >= 1, "--repeat must be at least 1");
+    anyhow::ensure!(
+        !a.nodes_list.is_empty(),
+        "--nodes-list: need at least one size"
+    );
+    checks::distinct("--nodes-list", &a.nodes_list)?;
     let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    for &n in &a.nodes_list {
+        let cfg = a.tree.bench(n, a.fail.clone(), seed, &a.engine);
+        weft::bench::stabilize::check(&cfg).map_err(|e| anyhow::anyhow!("{n} nodes: {e}"))?;
+        // A survivors' tree of one process has no wave: its Ts is the detection's own
+        // handling, which no model of a wave describes.
+        anyhow::ensure!(
+            n as usize - a.fail.killed() >= 2,
+            "--nodes-list {n}: --fail {} leaves one process, with no stabilization wave to \
+             time; use 3 or more",
+            a.fail
+        );
+    }
+    if let Some(p) = &a.plot {
+        checks::writable("--plot", p)?;
+    }
     if !a.json {
         say!(
             "weft model validate: radix {}, {:?} tree, fail {}, {} trials per size, seed {seed}",
             a.tree.radix,
-            a.tree.mode,
+            a.tree.mode(),
             a.fail,
             a.repeat
         );
@@ -73,25 +97,26 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     for &n in &a.nodes_list {
-        let cfg = a.tree.bench(n, a.fail, seed, &a.engine);
+        let cfg = a.tree.bench(n, a.fail.clone(), seed, &a.engine);
         let r = validate(&cfg, a.repeat)?;
         bar.inc(1);
         if a.json {
             bar.suspend(|| say!("{}", serde_json::to_string(&r).unwrap_or_default()));
         } else {
             let pct = |e: f64| format!("{:.0}%", e * 100.0);
+            let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
             bar.suspend(|| {
                 say!(
-                    "{:>6} {:>2} {:>9.1} ± {:<5.1} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7.2} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6} {:>7}",
+                    "{:>6} {:>2} {:>9.1} ± {:<5} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6} {:>7}",
                     r.nodes,
                     r.height,
                     r.ts_mean_us,
-                    r.ci99_us,
+                    opt(r.ci99_us, 1),
                     r.l_us,
                     r.ocp_us,
                     r.c_us,
                     r.messages,
-                    r.c_stab_us,
+                    opt(r.c_stab_us, 2),
                     r.base_us,
                     pct(r.base_err),
                     r.distance_us,
@@ -110,7 +135,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         let n = |r: &ValidateRow| r.nodes as f64;
         let series = [
             Series::of("measured (mean, 99% CI)", &rows, n, |r| r.ts_mean_us)
-                .with_error(&rows, |r| r.ci99_us),
+                .with_error(&rows, |r| r.ci99_us.unwrap_or(0.0)),
             Series::of("base model", &rows, n, |r| r.base_us),
             Series::of("distance model (8x8x8 torus)", &rows, n, |r| r.distance_us),
             Series::of("contention model", &rows, n, |r| r.contention_us),

@@ -1,15 +1,16 @@
 //! `weft node`: one membership node as its own process. It prints `{"listening": ADDR}` first,
 //! then a `started` report with the backend it runs on, then one JSON report per event (see
-//! `transport::process::Report`), until killed.
+//! `transport::process::Report`), until killed. Every setting and a `--peers` list are checked
+//! before it binds or prints anything.
 
+use super::checks;
+use super::values::{BackendArg, BootstrapArg, WaitArg};
 use anyhow::Context;
 use clap::Args;
-use std::collections::HashMap;
-use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use weft::engine::{Backend, WaitMode};
+use weft::bootstrap::{stdio, PeerList};
 use weft::proto::membership::MembershipConfig;
 use weft::transport::process::{run, Entry, NodeProcess};
 use weft::transport::{bind, NodeOptions};
@@ -19,22 +20,39 @@ use weft::NodeId;
 /// Arguments of `weft node`.
 #[derive(Args, Debug)]
 pub struct NodeArgs {
-    /// This node's id.
+    /// This node's id (with `--bootstrap peers`; a launcher gives the rank).
     #[arg(long)]
-    id: u64,
-    /// The job's initial view is ids 0..N.
+    id: Option<u64>,
+    /// The job's initial view is ids 0..N (with `--bootstrap peers`; a launcher gives the
+    /// size).
     #[arg(long)]
-    nodes: u64,
-    /// Address to listen on (port 0: any free port; the chosen one is printed).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
-    /// The other nodes, `ID=ADDR,ID=ADDR,...`.
+    nodes: Option<u64>,
+    /// Where the node learns its rank, the job's size and its peers' addresses. Default:
+    /// `peers` when `--peers` or `--peers-stdin` is given, else `auto` (the launcher).
+    #[arg(long, value_enum)]
+    bootstrap: Option<BootstrapArg>,
+    /// Address to listen on (port 0: any free port; the chosen one is printed). Default:
+    /// 127.0.0.1:0 with `--peers`; 0.0.0.0:0 under a launcher, the address the others dial
+    /// being `WEFT_ADVERTISE`, else the route to the rendezvous host, else the host name's.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Every other member, `ID=ADDR,ID=ADDR,...`: all of 0..N but this node, each once.
     #[arg(long, conflicts_with = "peers_stdin")]
     peers: Option<String>,
     /// Read the `ID=ADDR,...` peer list as one line on stdin, after printing the address
     /// (for launchers that learn the addresses from the nodes themselves).
     #[arg(long)]
     peers_stdin: bool,
+    /// Write the event reports to this file instead of standard output (`{rank}` in the path
+    /// becomes the node's id): a launcher that stops forwarding output after one process dies
+    /// (Hydra) then does not silence the survivors.
+    #[arg(long)]
+    log: Option<String>,
+    /// Run the node in a child process and exit with an error when it dies: a launcher that
+    /// ends the whole job when any process dies of a signal (MPICH's `mpiexec.hydra`, even
+    /// with `-disable-auto-cleanup`) then keeps the survivors running.
+    #[arg(long)]
+    supervised: bool,
     /// Job key file (64 hex digits or 32 bytes); default `WEFT_JOB_KEY`.
     #[arg(long)]
     key_file: Option<PathBuf>,
@@ -55,13 +73,13 @@ pub struct NodeArgs {
     recover: bool,
     /// I/O backend (default: automatic, or WEFT_BACKEND).
     #[arg(long, value_enum)]
-    backend: Option<Backend>,
+    backend: Option<BackendArg>,
     /// How the reactor waits.
-    #[arg(long, value_enum, default_value_t = WaitMode::Block)]
-    wait: WaitMode,
+    #[arg(long, value_enum, default_value = "block")]
+    wait: WaitArg,
     /// Suspect a peer whose host has been silent this many ms (TCP keepalive and user
     /// timeout: finds a host that vanished without resetting its connections); 0: the
-    /// kernel's defaults (hours).
+    /// kernel's defaults (hours). At most 65 534 000 (the kernel's keepalive limit).
     #[arg(long, default_value_t = weft::transport::DEAD_AFTER.as_millis() as u64)]
     dead_after_ms: u64,
     /// TCP congestion control of the node's connections ("system": the machine's default).
@@ -70,91 +88,230 @@ pub struct NodeArgs {
     /// Close a connection that has not authenticated this many ms after its accept or dial:
     /// a silent stranger is refused, a peer whose port never answers is suspected.
     #[arg(long, default_value_t = weft::transport::HANDSHAKE_TIMEOUT.as_millis() as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     handshake_timeout_ms: u64,
     /// Suspect a peer once this many MiB wait to be sent to it (it has stopped reading).
     #[arg(long, default_value_t = (weft::transport::MAX_QUEUED >> 20) as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     max_queued_mib: u64,
+    /// Authenticate bulk messages too (control messages always are; see README's Security).
+    #[arg(long)]
+    bulk_mac: bool,
+    /// Start-up is not a failure: for this many ms after start, a peer never reached that
+    /// refuses a dial (not listening yet) is tried again with backoff instead of suspected.
+    /// Default: 60 000 with a fixed `--peers` list (processes started apart), 0 when the list
+    /// comes on stdin or from a launcher (everyone listens before the list is handed out).
+    /// Under a launcher it also bounds the address exchange (default 60 000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    startup_timeout_ms: Option<u64>,
     /// Most accepted connections waiting for their handshake; past it, the longest-waiting
     /// one that has had a tenth of the handshake timeout is closed.
     #[arg(long, default_value_t = weft::transport::MAX_STRANGERS as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     max_strangers: u64,
 }
 
-fn parse_peers(s: &str) -> anyhow::Result<HashMap<NodeId, SocketAddr>> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (id, addr) = p
-                .split_once('=')
-                .with_context(|| format!("peer {p:?}: expected ID=ADDR"))?;
-            Ok((
-                NodeId(id.parse().with_context(|| format!("peer id {id:?}"))?),
-                addr.parse()
-                    .with_context(|| format!("peer address {addr:?}"))?,
-            ))
-        })
-        .collect()
+/// Where a node's place in the job comes from.
+enum Place {
+    /// `--id`, `--nodes`, and `--peers` (or the list on stdin, later).
+    Given {
+        id: u64,
+        nodes: u64,
+        peers: Option<PeerList>,
+    },
+    /// A launcher.
+    Launched(weft::bootstrap::Launch),
+}
+
+/// Read the node's place from the arguments or the launcher, checked before anything binds.
+fn place(a: &NodeArgs) -> anyhow::Result<Place> {
+    let given_list = a.peers.is_some() || a.peers_stdin;
+    let mode = a.bootstrap.unwrap_or(if given_list {
+        BootstrapArg::Peers
+    } else {
+        BootstrapArg::Auto
+    });
+    let Some(want) = mode.want() else {
+        let (Some(id), Some(nodes)) = (a.id, a.nodes) else {
+            anyhow::bail!("--bootstrap peers needs --id and --nodes");
+        };
+        anyhow::ensure!(nodes >= 1, "--nodes must be at least 1");
+        anyhow::ensure!(
+            a.join || id < nodes,
+            "--id {id} is not in 0..{nodes} (use --join for a new process)"
+        );
+        anyhow::ensure!(
+            given_list || nodes == 1,
+            "a job of {nodes} needs its peers' addresses: --peers or --peers-stdin"
+        );
+        let members: Vec<NodeId> = (0..nodes).map(NodeId).collect();
+        let peers = match &a.peers {
+            Some(list) => {
+                let peers = PeerList::parse(list, "--peers")?;
+                peers.check_covers(&members, NodeId(id), "--peers")?;
+                Some(peers)
+            }
+            None => None,
+        };
+        return Ok(Place::Given { id, nodes, peers });
+    };
+    anyhow::ensure!(
+        !given_list,
+        "--peers and --peers-stdin go with --bootstrap peers, not a launcher"
+    );
+    anyhow::ensure!(
+        !a.join && !a.recover,
+        "--join and --recover go with --bootstrap peers"
+    );
+    let launch = weft::bootstrap::detect(want, &weft::bootstrap::ProcessEnv)?;
+    if let Some(id) = a.id {
+        anyhow::ensure!(
+            id == u64::from(launch.rank),
+            "--id {id}, but the {} launcher says rank {}",
+            launch.launcher,
+            launch.rank
+        );
+    }
+    if let Some(n) = a.nodes {
+        anyhow::ensure!(
+            n == u64::from(launch.size),
+            "--nodes {n}, but the {} launcher says {} processes",
+            launch.launcher,
+            launch.size
+        );
+    }
+    Ok(Place::Launched(launch))
 }
 
 /// Run `weft node`.
 pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.nodes >= 1, "--nodes must be at least 1");
-    anyhow::ensure!(
-        a.join || a.id < a.nodes,
-        "--id {} is not in 0..{} (use --join for a new process)",
-        a.id,
-        a.nodes
-    );
-    let max_queued = usize::try_from(a.max_queued_mib)
-        .ok()
-        .and_then(|m| m.checked_mul(1 << 20))
-        .context("--max-queued-mib is too large")?;
-    let key = match &a.key_file {
-        Some(path) => JobKey::from_file(path)?,
-        None => JobKey::from_env()?
-            .context("a multi-process job needs a key: set WEFT_JOB_KEY or --key-file")?,
+    let place = place(&a)?;
+    let launched = matches!(place, Place::Launched(_));
+    if a.supervised {
+        weft::transport::process::supervise()?;
+    } else if launched {
+        weft::transport::process::die_with_parent()?;
+    }
+    a.tree.check()?;
+    let (id, nodes) = match &place {
+        Place::Given { id, nodes, .. } => (*id, *nodes),
+        Place::Launched(l) => (u64::from(l.rank), u64::from(l.size)),
     };
-    let listener = bind(a.listen)?;
-    let addr = listener.local_addr()?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(
-        stdout,
-        "{}",
-        serde_json::json!({ "listening": addr.to_string() })
-    )?;
-    stdout.flush()?;
-    let line = if a.peers_stdin {
-        let mut l = String::new();
-        std::io::stdin().lock().read_line(&mut l)?;
-        l
-    } else {
-        a.peers.clone().unwrap_or_default()
-    };
-    let mut peers = parse_peers(&line)?;
-    peers.remove(&NodeId(a.id));
+    let me = NodeId(id);
+    let members: Vec<NodeId> = (0..nodes).map(NodeId).collect();
     let probe = Duration::from_millis(if a.probe_ms == 0 {
         3_600_000
     } else {
         a.probe_ms
     });
+    let membership = MembershipConfig {
+        radix: a.tree.radix,
+        mode: a.tree.mode(),
+        probe: Some((probe, probe)),
+        warm: true,
+        batch: checks::micros("--batch-us", a.batch_us)?,
+        orphan_hold: a.tree.orphan_hold(),
+    };
+    let fixed_list = matches!(place, Place::Given { peers: Some(_), .. });
+    let startup =
+        Duration::from_millis(
+            a.startup_timeout_ms
+                .unwrap_or(if fixed_list { 60_000 } else { 0 }),
+        );
+    let opts = NodeOptions {
+        backend: a.backend.map(Into::into),
+        pin: false,
+        params: membership.params(members.len()),
+        bulk_mac: a.bulk_mac,
+        reactor: weft::engine::ReactorOptions {
+            wait: a.wait.into(),
+            dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
+            congestion: super::congestion_arg(&a.congestion),
+            handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
+            max_queued: usize::try_from(a.max_queued_mib << 20).context("--max-queued-mib")?,
+            max_strangers: a.max_strangers as usize,
+            startup_grace: if matches!(place, Place::Launched(_)) {
+                Duration::ZERO
+            } else {
+                startup
+            },
+            ..Default::default()
+        },
+        ..NodeOptions::default()
+    };
+    opts.check().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = match &a.key_file {
+        Some(path) => Some(JobKey::from_file(path)?),
+        None => JobKey::from_env()?,
+    };
+    if matches!(place, Place::Given { .. }) && key.is_none() {
+        anyhow::bail!("a multi-process job needs a key: set WEFT_JOB_KEY or --key-file");
+    }
+    // Before the node's first socket: the guard takes those open now for inherited ones.
+    weft::transport::process::guard(&opts)?;
+    let listen = a.listen.unwrap_or(match place {
+        Place::Given { .. } => SocketAddr::from(([127, 0, 0, 1], 0)),
+        Place::Launched(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+    });
+    let listener = bind(listen)?;
+    // The `listening` line always goes to standard output (weft's own launcher reads it); the
+    // reports go to `--log` if given.
+    let mut out: Box<dyn std::io::Write> = match &a.log {
+        Some(path) => {
+            let path = path.replace("{rank}", &id.to_string());
+            Box::new(std::io::LineWriter::new(
+                std::fs::File::create(&path).with_context(|| format!("--log {path}"))?,
+            ))
+        }
+        None => Box::new(std::io::stdout()),
+    };
+    let (peers, key) = match place {
+        Place::Launched(launch) => {
+            let env = weft::bootstrap::ProcessEnv;
+            let mine =
+                weft::bootstrap::exchange::advertised(listener.local_addr()?, &launch, &env)?;
+            stdio::announce(&mut std::io::stdout(), mine)?;
+            let deadline = std::time::Instant::now()
+                + Duration::from_millis(a.startup_timeout_ms.unwrap_or(60_000));
+            let joined = weft::bootstrap::exchange(launch, mine, key, None, &env, deadline)?;
+            use std::io::Write;
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "node": id,
+                    "kind": "bootstrap",
+                    "launcher": joined.launch.launcher,
+                    "rank": joined.launch.rank,
+                    "size": joined.launch.size,
+                    "job": joined.launch.job,
+                    "pid": std::process::id(),
+                    "mono_ns": weft::engine::monotonic_ns(),
+                })
+            )?;
+            (joined.peers, joined.key)
+        }
+        Place::Given { peers, .. } => {
+            stdio::announce(&mut std::io::stdout(), listener.local_addr()?)?;
+            let peers = match peers {
+                Some(p) => p,
+                None if a.peers_stdin => {
+                    let p = stdio::read_peers(&mut std::io::stdin().lock())?;
+                    p.check_covers(&members, me, "the peer list on stdin")?;
+                    p
+                }
+                None => PeerList::default(),
+            };
+            (peers, key.expect("checked above"))
+        }
+    };
     let p = NodeProcess {
-        id: NodeId(a.id),
-        members: (0..a.nodes).map(NodeId).collect(),
-        peers,
+        id: me,
+        members,
+        peers: peers.without(me),
         listener,
         key,
-        membership: MembershipConfig {
-            radix: a.tree.radix,
-            mode: a.tree.mode,
-            probe: Some((probe, probe)),
-            warm: true,
-            batch: Duration::from_micros(a.batch_us),
-            orphan_hold: a.tree.orphan_hold(),
-        },
+        membership,
         entry: if a.join {
             Entry::Join
         } else if a.recover {
@@ -162,24 +319,17 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         } else {
             Entry::Member
         },
-        opts: NodeOptions {
-            wait: a.wait,
-            backend: a.backend,
-            pin: false,
-            dead_after: (a.dead_after_ms > 0).then(|| Duration::from_millis(a.dead_after_ms)),
-            congestion: super::congestion_arg(&a.congestion),
-            handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
-            max_queued,
-            max_strangers: a.max_strangers as usize,
-            ..NodeOptions::default()
-        },
+        opts,
     };
     run(p, |r| {
-        // A closed stdout (the launcher went away) ends the node.
-        serde_json::to_string(r)
+        // A closed stdout ends a node started by weft's own launcher (`bench --procs`); under
+        // a real launcher, which may stop forwarding output when another process dies, the
+        // node runs on silently.
+        let written = serde_json::to_string(r)
             .ok()
-            .and_then(|s| writeln!(stdout, "{s}").and_then(|_| stdout.flush()).ok())
-            .is_some()
+            .and_then(|s| writeln!(out, "{s}").and_then(|_| out.flush()).ok())
+            .is_some();
+        written || launched
     })?;
     Ok(())
 }

@@ -1,10 +1,16 @@
 //! `weft ping`: one-way latency and bandwidth between two nodes on loopback, beside the std
 //! busy-poll ping-pong in the same run (`--compare`).
 
+use super::checks;
+use super::values::{BackendArg, WaitArg};
 use clap::Args;
-use weft::engine::{Backend, WaitMode};
-use weft::transport::ping::{compare, engine, PingRow};
+use weft::bench::ping::{compare, engine, PingRow};
+use weft::engine::Backend;
 use weft::transport::NodeOptions;
+
+/// Most round trips per size: past it a run takes days, and the counts stay far from
+/// overflowing.
+const MAX_ITERS: u64 = 1_000_000_000;
 
 /// Arguments of `weft ping`.
 #[derive(Args, Debug)]
@@ -16,30 +22,35 @@ pub struct PingArgs {
         default_value = "8,32,256,4096,65536,1048576"
     )]
     sizes: Vec<usize>,
-    /// Timed round trips per size.
+    /// Timed round trips per size (at most 10^9).
     #[arg(long, default_value_t = 10_000)]
     iters: u64,
     /// I/O backend (default: automatic, or WEFT_BACKEND).
     #[arg(long, value_enum)]
-    backend: Option<Backend>,
+    backend: Option<BackendArg>,
     /// How reactors wait. Adaptive by default: busy-like latency while messages flow, and a
     /// reactor that blocks once they stop (busy is the mode the std peer runs in).
-    #[arg(long, value_enum, default_value_t = WaitMode::Adaptive)]
-    wait: WaitMode,
-    /// io_uring sends of at least this many bytes are zero-copy (SENDMSG_ZC).
-    #[arg(long, default_value_t = weft::transport::ZEROCOPY_MIN)]
-    zerocopy_min: usize,
+    #[arg(long, value_enum, default_value = "adaptive")]
+    wait: WaitArg,
+    /// io_uring sends of at least this many bytes are zero-copy (SENDMSG_ZC; io_uring only,
+    /// off by default).
+    #[arg(long)]
+    zerocopy_min: Option<usize>,
     /// Also run the std-library busy-poll ping-pong with the same sizes and print ratios.
     #[arg(long)]
     compare: bool,
     /// With --compare: weft and the peer take turns in this many rounds of iters/rounds round
     /// trips each, so that the host's slow and fast spells fall on both; each round gives a
     /// ratio, and their median comes with a 95% interval (6 rounds or more).
-    #[arg(long, default_value_t = 10)]
-    rounds: u64,
+    #[arg(long, requires = "compare")]
+    rounds: Option<u64>,
     /// TCP congestion control of weft's connections ("system": the machine's default).
     #[arg(long, default_value = weft::engine::congestion::PREFERRED)]
     congestion: String,
+    /// Authenticate every ping-pong frame (AES-256-GMAC, 128-bit tag, per-connection keys),
+    /// as control frames always are: the cost of bulk integrity.
+    #[arg(long)]
+    bulk_mac: bool,
     /// With --compare: the peer's congestion control (default: the same as weft's, so that
     /// the engines are compared; "system": what a plain program gets).
     #[arg(long)]
@@ -51,24 +62,45 @@ pub struct PingArgs {
 
 /// Run `weft ping`.
 pub fn run(a: PingArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        !a.sizes.is_empty() && a.iters > 0,
-        "need at least one size and one iteration"
-    );
+    anyhow::ensure!(!a.sizes.is_empty(), "--sizes: need at least one size");
+    checks::distinct("--sizes", &a.sizes)?;
     anyhow::ensure!(
         a.sizes.iter().all(|&s| s <= 8 << 20),
-        "sizes above 8 MiB are not supported"
+        "--sizes: sizes above 8 MiB are not supported"
     );
+    anyhow::ensure!(
+        (1..=MAX_ITERS).contains(&a.iters),
+        "--iters {}: must be 1 to {MAX_ITERS}",
+        a.iters
+    );
+    let rounds = a.rounds.unwrap_or(10);
+    anyhow::ensure!(
+        (1..=a.iters).contains(&rounds),
+        "--rounds {rounds}: must be 1 to --iters ({})",
+        a.iters
+    );
+    let backend: Option<Backend> = a.backend.map(Into::into);
+    if a.zerocopy_min.is_some() {
+        let chosen = weft::engine::forced_backend(backend)?;
+        anyhow::ensure!(
+            chosen != Some(Backend::Poll),
+            "--zerocopy-min: zero-copy sends exist only on the io_uring backend"
+        );
+    }
     let opts = NodeOptions {
-        wait: a.wait,
-        backend: a.backend,
-        zerocopy_min: a.zerocopy_min,
-        congestion: super::congestion_arg(&a.congestion),
+        backend,
+        bulk_mac: a.bulk_mac,
+        reactor: weft::engine::ReactorOptions {
+            wait: a.wait.into(),
+            zerocopy_min: a.zerocopy_min.unwrap_or(weft::transport::ZEROCOPY_MIN),
+            congestion: super::congestion_arg(&a.congestion),
+            ..Default::default()
+        },
         ..NodeOptions::default()
     };
     let (ours, peer) = if a.compare {
         let peer_cc = super::congestion_arg(a.peer_congestion.as_deref().unwrap_or(&a.congestion));
-        compare(&a.sizes, a.iters, a.rounds, opts, peer_cc.as_deref())?
+        compare(&a.sizes, a.iters, rounds, opts, peer_cc.as_deref())?
     } else {
         (engine(&a.sizes, a.iters, opts)?, Vec::new())
     };

@@ -1,23 +1,23 @@
 //! `weft sim bmg`: one run, or the sweep behind Figures 2–4 of Bosilca et al.
 
+use super::checks;
+use super::plot::{log_x_svg, Series};
+use super::values::{InitArg, SchedulerArg, TreeKindArg};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
-use weft::plot::{log_x_svg, Series};
+use weft::rng::SimRng;
 use weft::sim::bmg::{run as run_sim, sweep_depths, BmgRun, BmgSimConfig, Init, Refresh};
-use weft::sim::rng::SimRng;
-use weft::sim::tree::TreeKind;
 use weft::sim::Scheduler;
 
 /// Arguments of `weft sim bmg`.
 #[derive(Args, Debug)]
 pub struct BmgArgs {
     /// Launch tree shape.
-    #[arg(long, value_enum, default_value_t = TreeKind::Binary)]
-    tree: TreeKind,
+    #[arg(long, value_enum, default_value = "binary")]
+    tree: TreeKindArg,
     /// Depth of the launch tree (binary: 2^(D+1)-1 processes, binomial: 2^D).
     #[arg(long, default_value_t = 10)]
     depth: u32,
@@ -25,19 +25,21 @@ pub struct BmgArgs {
     #[arg(long, default_value_t = 4)]
     degree: u32,
     /// Synchronous phases or asynchronous steps.
-    #[arg(long, value_enum, default_value_t = Scheduler::Sync)]
-    scheduler: Scheduler,
+    #[arg(long, value_enum, default_value = "sync")]
+    scheduler: SchedulerArg,
     /// Per-message latency, to project seconds from rounds.
     #[arg(long, default_value_t = 50.0)]
     latency_us: f64,
     /// Initial configuration: clean, or arbitrary (random state and garbage messages).
-    #[arg(long, value_enum, default_value_t = Init::Empty)]
-    init: Init,
+    #[arg(long, value_enum, default_value = "empty")]
+    init: InitArg,
     /// Seed of every random choice (printed when chosen at random).
     #[arg(long)]
     seed: Option<u64>,
     /// Rounds between re-firings of a quiet process (0: never). Default: never from an empty
-    /// start (as the paper), 8·log2(N) from a random one (self-stabilization needs it).
+    /// start (as the paper), 8·log2(N) from a random one (self-stabilization needs it). At
+    /// most --max-rounds; under the asynchronous scheduler at least 2·log2(N), or the
+    /// refreshes flood the queues.
     #[arg(long)]
     refresh: Option<u64>,
     /// After convergence, run this many more rounds and count state changes (silence check).
@@ -46,73 +48,95 @@ pub struct BmgArgs {
     /// Give up after this many rounds.
     #[arg(long, default_value_t = 1_000_000)]
     max_rounds: u64,
-    /// Refuse launch trees larger than this.
-    #[arg(long, default_value_t = 1 << 24)]
-    max_nodes: u64,
+    /// Refuse launch trees larger than this (default: what this machine's available memory
+    /// holds, counting 3 KB per process).
+    #[arg(long)]
+    max_nodes: Option<u64>,
     /// Run every depth up to --max-depth (the figures' sweep).
     #[arg(long)]
     sweep: bool,
-    /// Largest depth of a sweep.
-    #[arg(long, default_value_t = 14)]
-    max_depth: u32,
-    /// Runs per depth in a sweep (random trees: a new tree each time).
-    #[arg(long, default_value_t = 1)]
-    runs: u32,
+    /// Largest depth of a sweep (default 14).
+    #[arg(long, requires = "sweep")]
+    max_depth: Option<u32>,
+    /// Runs per depth in a sweep (random trees: a new tree each time; default 1).
+    #[arg(long, requires = "sweep")]
+    runs: Option<u32>,
     /// Write the sweep as CSV.
-    #[arg(long)]
+    #[arg(long, requires = "sweep")]
     csv: Option<PathBuf>,
     /// Write the sweep as an SVG plot.
-    #[arg(long)]
+    #[arg(long, requires = "sweep")]
     plot: Option<PathBuf>,
     /// One JSON object per run on stdout.
     #[arg(long)]
     json: bool,
 }
 
+/// Bytes of memory to count per simulated process: a binary tree of depth 18 (524 287
+/// processes) peaks at 1.05 KB each (maximum resident set, synchronous; 1.14 KB asynchronous),
+/// and the vectors that grow by doubling can take twice that at their next growth.
+const BYTES_PER_PROCESS: u64 = 3072;
+
+/// The largest tree this machine's available memory holds (`MemAvailable`), or 2^24 where
+/// the kernel does not say.
+fn memory_max_nodes() -> u64 {
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+    });
+    available.map_or(1 << 24, |kb| kb * 1024 / BYTES_PER_PROCESS)
+}
+
 impl BmgArgs {
     fn config(&self, seed: u64) -> anyhow::Result<BmgSimConfig> {
-        anyhow::ensure!(
-            self.latency_us.is_finite() && self.latency_us > 0.0,
-            "--latency-us must be a positive number"
-        );
-        let refresh = match (self.refresh, self.init) {
+        let latency = checks::positive_duration("--latency-us", self.latency_us, 1e-6)?;
+        let init: Init = self.init.into();
+        let refresh = match (self.refresh, init) {
             (Some(0), _) => Refresh::Never,
             (Some(r), _) => Refresh::Every(r),
             (None, Init::Empty) => Refresh::Never,
             (None, Init::Random) => Refresh::Auto,
         };
         Ok(BmgSimConfig {
-            tree: self.tree,
+            tree: self.tree.into(),
             depth: self.depth,
             degree: self.degree,
-            scheduler: self.scheduler,
-            latency: Duration::from_secs_f64(self.latency_us * 1e-6),
-            init: self.init,
+            scheduler: self.scheduler.into(),
+            latency,
+            init,
             seed,
             refresh,
             max_rounds: self.max_rounds,
-            max_nodes: self.max_nodes,
+            max_nodes: self.max_nodes.unwrap_or_else(memory_max_nodes),
             silence_rounds: self.silence_rounds,
             ..BmgSimConfig::default()
         })
     }
 }
 
+/// A round count, or what a run that never got there says.
+fn rounds(r: Option<u64>) -> String {
+    r.map_or("-".to_string(), |r| r.to_string())
+}
+
 const CSV_HEADER: &str = "nodes,tree,depth,degree,scheduler,init,ring_phases,bmg_phases,total_phases,projected_s,max_msgs_per_proc,total_msgs,converged,seed,wall_s";
 
 fn csv_row(r: &BmgRun) -> String {
     format!(
-        "{},{},{},{},{},{},{},{},{},{:.9},{},{},{},{},{:.6}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6}",
         r.nodes,
         r.tree,
         r.depth,
         r.degree,
         r.scheduler,
         r.init,
-        r.ring_phases,
-        r.bmg_phases,
-        r.total_phases,
-        r.projected_s,
+        // An empty field where the run did not get there.
+        r.ring_phases.map_or(String::new(), |p| p.to_string()),
+        r.bmg_phases.map_or(String::new(), |p| p.to_string()),
+        r.total_phases.map_or(String::new(), |p| p.to_string()),
+        r.projected_s.map_or(String::new(), |p| format!("{p:.9}")),
         r.max_msgs_per_proc,
         r.total_msgs,
         r.converged,
@@ -139,16 +163,28 @@ fn print_run(r: &BmgRun, latency_us: f64) {
         r.init,
         r.seed
     );
-    say!("  ring correct after     {:>10} {u}", r.ring_phases);
-    say!(
-        "  BMG correct after      {:>10} more {u} ({} total)",
-        r.bmg_phases,
-        r.total_phases
-    );
-    say!(
-        "  projected time         {:>10.3} ms  ({latency_us} µs per message)",
-        r.projected_s * 1e3
-    );
+    if !r.converged {
+        say!(
+            "  NOT CONVERGED after    {:>10} {u} (ring {})",
+            r.rounds_run,
+            if r.ring_phases.is_some() {
+                "correct at the end"
+            } else {
+                "still wrong"
+            }
+        );
+    } else {
+        say!("  ring correct after     {:>10} {u}", rounds(r.ring_phases));
+        say!(
+            "  BMG correct after      {:>10} more {u} ({} total)",
+            rounds(r.bmg_phases),
+            rounds(r.total_phases)
+        );
+        say!(
+            "  projected time         {:>10.3} ms  ({latency_us} µs per message)",
+            r.projected_s.unwrap_or(f64::NAN) * 1e3
+        );
+    }
     say!("  max msgs per process   {:>10}", r.max_msgs_per_proc);
     say!("  total messages         {:>10}", r.total_msgs);
     say!(
@@ -173,6 +209,14 @@ fn print_run(r: &BmgRun, latency_us: f64) {
 /// Run `weft sim bmg`.
 pub fn run(args: BmgArgs) -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or_else(SimRng::fresh_seed);
+    // Checked before any run: the settings, and the outputs' paths.
+    args.config(seed)?;
+    for (flag, path) in [("--csv", &args.csv), ("--plot", &args.plot)] {
+        if let Some(p) = path {
+            checks::writable(flag, p)?;
+        }
+    }
+    let scheduler: Scheduler = args.scheduler.into();
     if args.seed.is_none() && !args.json {
         eprintln!("seed {seed}");
     }
@@ -190,8 +234,15 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let depths = sweep_depths(args.tree, args.max_depth);
-    let total = (depths.end() - depths.start() + 1) as u64 * args.runs as u64;
+    let (max_depth, runs_per) = (args.max_depth.unwrap_or(14), args.runs.unwrap_or(1));
+    anyhow::ensure!(runs_per >= 1, "--runs must be at least 1");
+    let depths = sweep_depths(args.tree.into(), max_depth);
+    // The largest tree of the sweep must fit before the first one runs.
+    weft::sim::bmg::build_tree(&BmgSimConfig {
+        depth: *depths.end(),
+        ..args.config(seed)?
+    })?;
+    let total = (depths.end() - depths.start() + 1) as u64 * runs_per as u64;
     let bar = ProgressBar::new(total).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} runs, depth {msg} [{elapsed}]")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -202,7 +253,7 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     let mut seeds = SimRng::new(seed);
     for depth in depths {
-        for _ in 0..args.runs {
+        for _ in 0..runs_per {
             bar.set_message(depth.to_string());
             let cfg = BmgSimConfig {
                 depth,
@@ -218,13 +269,10 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
     if !args.json {
-        let u = unit(args.scheduler);
-        say!(
-            "weft sim bmg --sweep: {} trees, {} scheduler, {} init, seed {seed}",
-            args.tree,
-            args.scheduler,
-            args.init
-        );
+        let u = unit(scheduler);
+        let tree: weft::sim::tree::TreeKind = args.tree.into();
+        let init: Init = args.init.into();
+        say!("weft sim bmg --sweep: {tree} trees, {scheduler} scheduler, {init} init, seed {seed}");
         say!(
             "{:>9} {:>5} {:>9} {:>9} {:>9} {:>12} {:>9} {:>12} {:>5} {:>8}",
             "nodes",
@@ -240,13 +288,14 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
         );
         for r in &runs {
             say!(
-                "{:>9} {:>5} {:>9} {:>9} {:>9} {:>12.3} {:>9} {:>12} {:>5} {:>8.3}",
+                "{:>9} {:>5} {:>9} {:>9} {:>9} {:>12} {:>9} {:>12} {:>5} {:>8.3}",
                 r.nodes,
                 r.depth,
-                r.ring_phases,
-                r.bmg_phases,
-                r.total_phases,
-                r.projected_s * 1e3,
+                rounds(r.ring_phases),
+                rounds(r.bmg_phases),
+                rounds(r.total_phases),
+                r.projected_s
+                    .map_or("-".to_string(), |p| format!("{:.3}", p * 1e3)),
                 r.max_msgs_per_proc,
                 r.total_msgs,
                 if r.converged { "yes" } else { "NO" },
@@ -263,25 +312,29 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(path) = &args.plot {
-        let pts =
-            |f: &dyn Fn(&BmgRun) -> f64| runs.iter().map(|r| (r.nodes as f64, f(r))).collect();
-        let (y_label, series) = match args.scheduler {
+        // Runs that did not converge have no phases to draw.
+        let pts = |f: &dyn Fn(&BmgRun) -> Option<f64>| {
+            runs.iter()
+                .filter_map(|r| f(r).map(|y| (r.nodes as f64, y)))
+                .collect()
+        };
+        let (y_label, series) = match scheduler {
             Scheduler::Sync => (
                 "synchronous phases",
                 vec![
                     Series {
                         label: "tree -> ring".into(),
-                        points: pts(&|r| r.ring_phases as f64),
+                        points: pts(&|r| r.ring_phases.map(|p| p as f64)),
                         error: Vec::new(),
                     },
                     Series {
                         label: "ring -> BMG".into(),
-                        points: pts(&|r| r.bmg_phases as f64),
+                        points: pts(&|r| r.bmg_phases.map(|p| p as f64)),
                         error: Vec::new(),
                     },
                     Series {
                         label: "total".into(),
-                        points: pts(&|r| r.total_phases as f64),
+                        points: pts(&|r| r.total_phases.map(|p| p as f64)),
                         error: Vec::new(),
                     },
                 ],
@@ -291,21 +344,19 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
                 vec![
                     Series {
                         label: "ring".into(),
-                        points: pts(&|r| r.ring_phases as f64 * args.latency_us * 1e-3),
+                        points: pts(&|r| r.ring_phases.map(|p| p as f64 * args.latency_us * 1e-3)),
                         error: Vec::new(),
                     },
                     Series {
                         label: "ring + BMG".into(),
-                        points: pts(&|r| r.projected_s * 1e3),
+                        points: pts(&|r| r.projected_s.map(|p| p * 1e3)),
                         error: Vec::new(),
                     },
                 ],
             ),
         };
-        let title = format!(
-            "BMG construction, {} trees, {} scheduler",
-            args.tree, args.scheduler
-        );
+        let tree: weft::sim::tree::TreeKind = args.tree.into();
+        let title = format!("BMG construction, {tree} trees, {scheduler} scheduler");
         log_x_svg(path, &title, "processes (log scale)", y_label, &series)?;
     }
     let failed = runs.iter().filter(|r| !r.converged).count();

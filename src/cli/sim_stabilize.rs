@@ -1,9 +1,13 @@
 //! `weft sim stabilize`: radix-tree membership stabilization in the timed simulator.
 
+use super::checks;
+use super::values::NetArg;
 use clap::Args;
-use std::time::Duration;
-use weft::sim::rng::SimRng;
-use weft::sim::stabilize::{run as run_sim, Fail, NetKind, StabilizeConfig};
+use weft::bench::scenario;
+use weft::proto::membership::IdTree;
+use weft::rng::SimRng;
+use weft::sim::stabilize::{run as run_sim, StabilizeConfig};
+use weft::NodeId;
 
 /// Arguments of `weft sim stabilize`.
 #[derive(Args, Debug)]
@@ -16,12 +20,15 @@ pub struct StabilizeArgs {
     nodes_list: Vec<u32>,
     #[command(flatten)]
     tree: super::TreeArgs,
-    /// leaf, inner, root, multi:K or root+K.
-    #[arg(long, default_value = "inner")]
-    fail: Fail,
+    #[command(flatten)]
+    fail: super::FailArgs,
+    /// Kill the victims one after another, this many µs apart (0: all at t = 0). A root
+    /// killed in the middle of sending its epoch down leaves some survivors in that epoch.
+    #[arg(long, default_value_t = 0.0)]
+    kill_gap_us: f64,
     /// Latency model.
-    #[arg(long, value_enum, default_value_t = NetKind::Constant)]
-    net: NetKind,
+    #[arg(long, value_enum, default_value = "constant")]
+    net: NetArg,
     /// L, per message (per hop on the torus). Default: BG/L's 4.6 µs.
     #[arg(long, default_value_t = 4.6)]
     latency_us: f64,
@@ -40,7 +47,7 @@ pub struct StabilizeArgs {
     /// The root collects failure reports this many µs before starting an epoch (0: at once).
     #[arg(long, default_value_t = 0.0)]
     batch_us: f64,
-    /// Seed (printed when chosen at random).
+    /// Seed of the victims' choice (printed when chosen at random).
     #[arg(long)]
     seed: Option<u64>,
     /// One JSON object per run.
@@ -50,32 +57,55 @@ pub struct StabilizeArgs {
 
 /// Run `weft sim stabilize`.
 pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
-    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
-    if a.seed.is_none() && !a.json {
-        eprintln!("seed {seed}");
-    }
-    for v in [
-        a.latency_us,
-        a.ocp_us,
-        a.send_us,
-        a.probe_us,
-        a.probe_timeout_us,
-        a.batch_us,
-    ] {
-        anyhow::ensure!(
-            v.is_finite() && v >= 0.0,
-            "times must be non-negative numbers"
-        );
-    }
+    a.tree.check()?;
+    let us = |flag: &str, v: f64| checks::duration(flag, v, 1e-6);
+    let latency = us("--latency-us", a.latency_us)?;
+    let ocp = us("--ocp-us", a.ocp_us)?;
+    let send = us("--send-us", a.send_us)?;
+    let probe = us("--probe-us", a.probe_us)?;
+    let probe_timeout = us("--probe-timeout-us", a.probe_timeout_us)?;
+    let batch = us("--batch-us", a.batch_us)?;
+    let kill_gap = us("--kill-gap-us", a.kill_gap_us)?;
+    let fail = a.fail.fail()?;
     let sizes = if a.nodes_list.is_empty() {
         vec![a.nodes]
     } else {
         a.nodes_list.clone()
     };
+    checks::distinct("--nodes-list", &sizes)?;
+    let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    if a.seed.is_none() && !a.json {
+        eprintln!("seed {seed}");
+    }
+    // Every size's victims are drawn (and so checked) before the first run.
+    let mut runs = Vec::new();
+    for &n in &sizes {
+        anyhow::ensure!(n >= 2, "--nodes {n}: need at least 2 processes");
+        let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+        let tree = IdTree::radix(&ids, a.tree.radix);
+        let victims = scenario::victims(&tree, n, &fail, &mut SimRng::new(seed))
+            .map_err(|e| anyhow::anyhow!("{n} processes: {e}"))?;
+        runs.push(StabilizeConfig {
+            nodes: n,
+            radix: a.tree.radix,
+            mode: a.tree.mode(),
+            victims,
+            kill_gap,
+            label: fail.to_string(),
+            net: a.net.into(),
+            latency,
+            ocp,
+            send,
+            seed,
+            probe: (!probe.is_zero()).then_some((probe, probe_timeout)),
+            batch,
+            orphan_hold: a.tree.orphan_hold(),
+        });
+    }
     if !a.json {
         say!(
-            "weft sim stabilize: radix {}, {:?} tree, fail {}, {:?} network, L = {} µs, Ocp = {} µs, seed {seed}",
-            a.tree.radix, a.tree.mode, a.fail, a.net, a.latency_us, a.ocp_us
+            "weft sim stabilize: radix {}, {:?} tree, fail {fail}, {:?} network, L = {} µs, Ocp = {} µs, seed {seed}",
+            a.tree.radix, a.tree.mode(), a.net, a.latency_us, a.ocp_us
         );
         say!(
             "{:>7} {:>3} {:>10} {:>12} {:>7} {:>7} {:>11} {:>10}",
@@ -89,27 +119,8 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
             "stabilized"
         );
     }
-    for n in sizes {
-        let r = run_sim(&StabilizeConfig {
-            nodes: n,
-            radix: a.tree.radix,
-            mode: a.tree.mode,
-            fail: a.fail,
-            net: a.net,
-            latency: Duration::from_secs_f64(a.latency_us * 1e-6),
-            ocp: Duration::from_secs_f64(a.ocp_us * 1e-6),
-            send: Duration::from_secs_f64(a.send_us * 1e-6),
-            seed,
-            probe: (a.probe_us > 0.0).then(|| {
-                (
-                    Duration::from_secs_f64(a.probe_us * 1e-6),
-                    Duration::from_secs_f64(a.probe_timeout_us.max(0.0) * 1e-6),
-                )
-            }),
-            batch: Duration::from_secs_f64(a.batch_us * 1e-6),
-            orphan_hold: a.tree.orphan_hold(),
-        })
-        .map_err(anyhow::Error::msg)?;
+    for cfg in runs {
+        let r = run_sim(&cfg).map_err(anyhow::Error::msg)?;
         if a.json {
             say!("{}", serde_json::to_string(&r)?);
         } else {
@@ -125,6 +136,10 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
                 r.stabilized
             );
         }
+        anyhow::ensure!(
+            r.views_named_once,
+            "two processes held one epoch with different views"
+        );
         anyhow::ensure!(
             r.views_agree && r.stabilized,
             "survivors did not agree on one stabilized view"

@@ -1,12 +1,12 @@
 //! The TCP congestion control weft's connections use.
 //!
-//! A machine's default may be BBR (it is on the 2026-11-23 test host). BBR paces a flow at its
-//! estimate of the path's bottleneck rate and bounds it to about one estimated bandwidth-delay
-//! product in flight; between the processes of one job, over loopback or a cluster fabric,
-//! that estimate is what limits a large message. A 1 MiB std ping-pong over loopback took
-//! 295-308 µs one-way with BBR, spread over modes from 110 to 400 µs that a microsecond of
-//! timing tips (see `examples/turnaround.rs`), and 101 µs with CUBIC or Reno, p25-p75 within
-//! ±3%. So weft asks for CUBIC, Linux's usual default, and takes Reno (built into every
+//! A machine's default may be BBR (it is on the hosts weft is measured on). BBR paces a flow at
+//! its estimate of the path's bottleneck rate and bounds it to about one estimated
+//! bandwidth-delay product in flight; between the processes of one job, over loopback or a
+//! cluster fabric, that estimate is what limits a large message: a 1 MiB ping-pong over
+//! loopback took three times as long, in modes a microsecond of timing tips
+//! (`bluegene_notes/engine-latency.md#cubic-not-bbr`). So weft asks for CUBIC, Linux's usual
+//! default, and takes Reno (built into every
 //! kernel and allowed to every user) when CUBIC is not available to it; an unprivileged
 //! process may only pick from `net.ipv4.tcp_allowed_congestion_control`.
 

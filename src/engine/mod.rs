@@ -10,17 +10,20 @@
 
 pub mod clock;
 pub mod congestion;
+pub mod guard;
+pub mod options;
 pub mod reactor;
 pub mod timers;
 pub mod uring;
 
+pub use options::ReactorOptions;
 use serde::Serialize;
 use std::fmt;
 use std::sync::Once;
 use std::time::Duration;
 
 /// How a reactor waits for work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WaitMode {
     /// Poll with a zero timeout, forever: lowest latency, one core at 100%.
@@ -33,8 +36,8 @@ pub enum WaitMode {
     Adaptive,
 }
 
-/// How long an adaptive reactor keeps spinning after its last event ([`WaitMode::Adaptive`]'s
-/// help, which clap prints, says the number).
+/// How long an adaptive reactor keeps spinning after its last event (the command line's help
+/// for `--wait adaptive` says the number).
 pub const SPIN: Duration = Duration::from_micros(200);
 
 impl fmt::Display for WaitMode {
@@ -48,7 +51,7 @@ impl fmt::Display for WaitMode {
 }
 
 /// The I/O backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// io_uring: multishot receive into a provided buffer ring.

@@ -3,16 +3,18 @@
 //! reactor keys its hosted nodes' protocol timers by (node, timer), beside its own deadlines
 //! (handshakes, resting listeners).
 
+use crate::id::IdMap;
 use crate::proto::{Time, TimerId};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
-/// Pending timers, named by `K`.
+/// Pending timers, named by `K`. Keys are the reactor's own (never chosen by a peer), hashed
+/// with the id hasher.
 #[derive(Debug)]
 pub struct Timers<K = TimerId> {
     heap: BinaryHeap<Reverse<(Time, u64, K)>>,
-    live: HashMap<K, u64>,
+    live: IdMap<K, u64>,
     next_gen: u64,
 }
 
@@ -20,7 +22,7 @@ impl<K> Default for Timers<K> {
     fn default() -> Self {
         Self {
             heap: BinaryHeap::new(),
-            live: HashMap::new(),
+            live: IdMap::default(),
             next_gen: 0,
         }
     }
@@ -49,15 +51,18 @@ impl<K: Copy + Ord + std::hash::Hash> Timers<K> {
         self.live.retain(|k, _| !which(k));
     }
 
-    /// The next timer due at or before `now`, removed.
+    /// The next timer due at or before `now`, removed. A spinning reactor asks on every turn,
+    /// so the usual answer (the earliest entry is not due) costs a peek and no hash lookup: a
+    /// stale entry that is not due either waits until it surfaces.
+    #[inline]
     pub fn pop_due(&mut self, now: Time) -> Option<K> {
         while let Some(&Reverse((at, generation, timer))) = self.heap.peek() {
+            if at > now {
+                return None;
+            }
             if self.live.get(&timer) != Some(&generation) {
                 self.heap.pop();
                 continue;
-            }
-            if at > now {
-                return None;
             }
             self.heap.pop();
             self.live.remove(&timer);

@@ -20,11 +20,10 @@
 //! work wakes no poller of the ring's own fd, so a blocked reactor watches an eventfd the
 //! kernel signals when work or completions arrive ([`Uring::fd`]).
 //!
-//! Why DEFER_TASKRUN and not COOP_TASKRUN: the same ping-pong, alternated in one sitting
-//! (`weft ping --backend uring --wait busy --compare`), went from 0.67–0.73× to 0.84–0.87× the
-//! std peer's bandwidth at 1 MiB, and from 1.45–1.49× to 1.20–1.23× its latency at 32 B.
-//! Cooperative task work runs through the signal-delivery path on the way back to user space;
-//! deferred work runs in a batch inside the enter that asks for it.
+//! Why DEFER_TASKRUN and not COOP_TASKRUN: cooperative task work runs through the
+//! signal-delivery path on the way back to user space; deferred work runs in a batch inside
+//! the enter that asks for it, which measured faster at every size
+//! (`bluegene_notes/engine-latency.md#deferred-task-work-and-a-quiet-eventfd`).
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -522,7 +521,11 @@ impl Uring {
     /// Arm a multishot accept on the listening socket `fd`, reported with `user_data`: each
     /// completion carries a new connection's fd.
     pub fn arm_accept(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        // Close-on-exec, as `accept4` gives the epoll backend's: without it every process the
+        // embedding program started (a node process of `bench --procs`, a test's child) inherited
+        // the accepted sockets, and held them open or shut them down at its own death.
         let sqe = opcode::AcceptMulti::new(types::Fd(fd))
+            .flags(libc::SOCK_CLOEXEC)
             .build()
             .user_data(user_data);
         // SAFETY: an accept writes no memory of ours (no address is asked for); `fd` stays open

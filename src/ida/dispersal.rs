@@ -23,7 +23,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 /// How pieces relate to the data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Every piece is a linear combination of all chunks (Rabin 1989).
@@ -320,7 +320,7 @@ impl Dispersal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::rng::SimRng;
+    use crate::rng::SimRng;
     use proptest::prelude::*;
 
     fn data(seed: u64, len: usize) -> Vec<u8> {

@@ -130,7 +130,7 @@ mod tests {
         let mut m = Matrix::zero(n, n);
         for r in 0..n {
             for c in 0..n {
-                m.set(r, c, super::super::gf256::pow(r as u8 + 1, c as u32));
+                m.set(r, c, crate::ida::gf256::pow(r as u8 + 1, c as u32));
             }
         }
         let i = m.invert().unwrap();

@@ -1,6 +1,4 @@
 //! Analytic models of stabilization latency (ICS'06 section 5) and the statistics that compare
 //! them with measurements.
 
-pub mod ci;
 pub mod latency;
-pub mod validate;

@@ -34,23 +34,33 @@ use super::{Outbox, TimerId};
 use crate::topology;
 use crate::NodeId;
 
-/// Messages of Algorithm 2.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BmgMsg {
-    /// `UP(ident, nb_hop)`: `ident` is `2^nb_hop` steps counterclockwise of the receiver.
-    Up {
-        /// The process being introduced.
-        ident: NodeId,
-        /// The level `nb_hop`.
-        hop: u8,
-    },
-    /// `DN(ident, nb_hop)`: `ident` is `2^nb_hop` steps clockwise of the receiver.
-    Dn {
-        /// The process being introduced.
-        ident: NodeId,
-        /// The level `nb_hop`.
-        hop: u8,
-    },
+pub use self::wire_form::BmgMsg;
+
+/// A module of its own for the archived form: rkyv derives a resolver enum whose variant
+/// fields carry no docs, and kept private it stays out of the public API.
+mod wire_form {
+    use super::*;
+
+    /// Messages of Algorithm 2.
+    #[derive(
+        Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+    )]
+    pub enum BmgMsg {
+        /// `UP(ident, nb_hop)`: `ident` is `2^nb_hop` steps counterclockwise of the receiver.
+        Up {
+            /// The process being introduced.
+            ident: NodeId,
+            /// The level `nb_hop`.
+            hop: u8,
+        },
+        /// `DN(ident, nb_hop)`: `ident` is `2^nb_hop` steps clockwise of the receiver.
+        Dn {
+            /// The process being introduced.
+            ident: NodeId,
+            /// The level `nb_hop`.
+            hop: u8,
+        },
+    }
 }
 
 /// Marks an unset finger. The id `u64::MAX` is reserved: a message naming it names nobody.

@@ -6,12 +6,24 @@
 //! `FailedNode` to its children, each process recalculates and forwards it down; leaves
 //! answer `FailureAck`, inner processes once all their children have, and the tree is
 //! stabilized when the root has every child's ack. A root failure goes to the next live process
-//! of the list (`RootFailure`), which becomes the root and sends `RootDead` down instead.
+//! of the list (`RootFailure`), which becomes the root and sends `RootDead` down instead; if
+//! that one is dead too, whoever sent it the `RootFailure` finds out (its connection fails)
+//! and sends to the next, so a chain of dead successors is walked until a live one takes over.
 //! Failures found while a stabilization is in flight start a new epoch with the larger set.
 //! A new process asks the root to join (`NewNode`), a recovered one to come back with its old
 //! id (`NodeAlive`); the root adds it as a leaf at the bottom of the tree, sends
 //! `NewNodeJoin` down (acknowledged up with `NewNodeJoinAck`), and once stable welcomes it with
 //! `JoinDetAck`. A joiner that hears nothing asks the next process of its list.
+//!
+//! A view is named by its epoch *and its root*: a root that dies while its epoch `e` is on
+//! its way down leaves some processes in `e`, and the process taking over, which may never have
+//! heard of `e`, starts its own epoch. Numbers alone would then name two views. A process
+//! installs a regroup that is newer than its own (higher epoch number, or the same with a later
+//! root) or that replaces its root (declares it dead: a takeover, whatever its number), and
+//! never one whose root its own state counts dead. Acknowledgments name both too, so an ack of
+//! the old root's epoch does not count for the new one. The new root numbers its epoch past
+//! every number it has heard of (its own, the reports' `RootFailure { epoch }`), so numbers
+//! collide only when a takeover raced an epoch nobody reported.
 //!
 //! Departures from the paper, each deliberate:
 //! - The state of an epoch is the *list* (the initial view, then every admitted joiner in
@@ -21,7 +33,8 @@
 //!   recovered process is a new position at the end of the list under its old id, as the paper
 //!   adds it at the bottom like a new node.
 //! - `TreeMode::Rebalance` recomputes the balanced radix tree over the live view instead of
-//!   patching (Process Order's lazy update), so trees do not degrade after many failures.
+//!   patching, so trees do not degrade after many failures. (Process Order's *lazy update* is
+//!   the opposite trade: patch now, recompute only when the log is cleared.)
 //! - Failures are detected by the `HowAreYou` probe (section 2.2: a process asks its tree
 //!   neighbors every `period` and suspects one that has not answered `IAmFine` within
 //!   `timeout`) and by [`Protocol::on_suspect`] (a lost connection on the engine, a failed send
@@ -42,7 +55,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How the tree follows failures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TreeMode {
     /// The paper's local recalculation: a failed node's children move to its parent.
@@ -70,7 +83,7 @@ pub const ORPHAN_HOLD: Duration = Duration::from_millis(20);
 /// The membership state of an epoch, as messages carry it: the processes appended to the
 /// initial view (joiners and recovered processes, in the order the root admitted them) and
 /// the dead positions of the list `initial ++ appended`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct Regroup {
     /// Stabilization epoch.
     pub epoch: u64,
@@ -82,62 +95,83 @@ pub struct Regroup {
     pub root: NodeId,
 }
 
-/// Messages of the membership protocol.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MemberMsg {
-    /// Failure detector probe.
-    HowAreYou {
-        /// Probe number.
-        seq: u64,
-    },
-    /// Answer to a probe.
-    IAmFine {
-        /// The probe's number.
-        seq: u64,
-    },
-    /// Detector → root: `failed` stopped answering.
-    NodeFailure {
-        /// The failed process.
-        failed: NodeId,
-    },
-    /// Root → detector: report received.
-    FailureDetAck {
-        /// The failed process reported.
-        failed: NodeId,
-    },
-    /// Detector → next live process: the root failed; you are the root now.
-    RootFailure {
-        /// The failed root.
-        failed: NodeId,
-    },
-    /// Down the tree: recalculate after failures.
-    FailedNode(Regroup),
-    /// Down the tree after a root failure (carries the new root).
-    RootDead(Regroup),
-    /// Down the tree after a join or a recovery.
-    NewNodeJoin(Regroup),
-    /// Up the tree: my subtree is stable in `epoch` (after `FailedNode` or `RootDead`).
-    FailureAck {
-        /// Stabilization epoch.
-        epoch: u64,
-    },
-    /// Up the tree: my subtree is stable in `epoch` (after `NewNodeJoin`).
-    NewNodeJoinAck {
-        /// Stabilization epoch.
-        epoch: u64,
-    },
-    /// A new process asks to join.
-    NewNode {
-        /// Its id.
-        id: NodeId,
-    },
-    /// A recovered process asks to come back with its old id.
-    NodeAlive {
-        /// Its id.
-        id: NodeId,
-    },
-    /// Root → joiner, once the tree with it is stable: welcome (with the state to adopt).
-    JoinDetAck(Regroup),
+pub use self::wire_form::MemberMsg;
+
+/// A module of its own for the archived form: rkyv derives a resolver enum whose variant
+/// fields carry no docs, and kept private it stays out of the public API.
+mod wire_form {
+    use super::*;
+
+    /// Messages of the membership protocol.
+    #[derive(Clone, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+    pub enum MemberMsg {
+        /// Failure detector probe.
+        HowAreYou {
+            /// Probe number.
+            seq: u64,
+        },
+        /// Answer to a probe.
+        IAmFine {
+            /// The probe's number.
+            seq: u64,
+        },
+        /// Detector → root: `failed` stopped answering.
+        NodeFailure {
+            /// The failed process.
+            failed: NodeId,
+        },
+        /// Root → detector: report received.
+        FailureDetAck {
+            /// The failed process reported.
+            failed: NodeId,
+        },
+        /// Detector → next live process: the root failed; you are the root now.
+        RootFailure {
+            /// The failed root.
+            failed: NodeId,
+            /// The highest epoch number the detector has heard of: the new root numbers its
+            /// epoch past it.
+            epoch: u64,
+        },
+        /// Down the tree: recalculate after failures.
+        FailedNode(Regroup),
+        /// Down the tree after a root failure (carries the new root).
+        RootDead(Regroup),
+        /// Down the tree after a join or a recovery.
+        NewNodeJoin(Regroup),
+        /// Up the tree: my subtree is stable in the epoch `epoch` of `root` (after `FailedNode` or
+        /// `RootDead`).
+        FailureAck {
+            /// Stabilization epoch.
+            epoch: u64,
+            /// Its root.
+            root: NodeId,
+        },
+        /// Up the tree: my subtree is stable in the epoch `epoch` of `root` (after `NewNodeJoin`).
+        NewNodeJoinAck {
+            /// Stabilization epoch.
+            epoch: u64,
+            /// Its root.
+            root: NodeId,
+        },
+        /// A new process asks to join.
+        NewNode {
+            /// Its id.
+            id: NodeId,
+        },
+        /// A recovered process asks to come back with its old id.
+        NodeAlive {
+            /// Its id.
+            id: NodeId,
+        },
+        /// Root → joiner, once the tree with it is stable: welcome (with the state to adopt).
+        JoinDetAck(Regroup),
+    }
+}
+
+impl super::Message for MemberMsg {
+    const TAG: super::Tag = 4;
+    const NAME: &'static str = "membership";
 }
 
 /// What membership reports.
@@ -154,6 +188,8 @@ pub enum MemberEvent {
     ViewChanged {
         /// Epoch.
         epoch: u64,
+        /// The epoch's root (with the epoch, the view's name).
+        root: NodeId,
         /// Live ids, sorted.
         view: Arc<[NodeId]>,
         /// When.
@@ -331,6 +367,22 @@ pub struct MembershipConfig {
     pub orphan_hold: Duration,
 }
 
+impl MembershipConfig {
+    /// What a job of `members` processes with these settings runs, as its nodes compare it in
+    /// the handshake: processes that disagree on the size, the radix or the tree mode would
+    /// compute different trees from the same view, so they refuse each other.
+    pub fn params(&self, members: usize) -> String {
+        let mode = match self.mode {
+            TreeMode::Patch => "patch",
+            TreeMode::Rebalance => "rebalance",
+        };
+        format!(
+            "membership nodes={members} radix={} mode={mode}",
+            self.radix
+        )
+    }
+}
+
 /// What a process outside the view asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Asking {
@@ -393,6 +445,11 @@ pub struct Membership {
     probe_seq: u64,
     /// Probes awaiting an answer: peer → (seq, deadline).
     outstanding: IdMap<NodeId, (u64, Time)>,
+    /// The process this one asked to take over from the failed root (`RootFailure`), until a
+    /// new epoch comes: if it turns out dead too, the next one is asked.
+    failover: Option<NodeId>,
+    /// The highest epoch number heard of, installed or not.
+    seen_epoch: u64,
 }
 
 impl Membership {
@@ -431,6 +488,8 @@ impl Membership {
             version: 0,
             probe_seq: 0,
             outstanding: IdMap::default(),
+            failover: None,
+            seen_epoch: 0,
         };
         m.nb = m.neighbors_in_state();
         m.state.root = m.nb.root;
@@ -482,6 +541,11 @@ impl Membership {
         self.state.epoch
     }
 
+    /// The installed epoch's root (with the epoch, the installed view's name).
+    pub fn root(&self) -> NodeId {
+        self.state.root
+    }
+
     /// Whether this process is waiting for acknowledgments.
     pub fn waiting(&self) -> bool {
         !self.waiting.is_empty()
@@ -506,6 +570,34 @@ impl Membership {
     /// Whether `id` is in the installed view.
     fn is_live(&self, id: NodeId) -> bool {
         self.position(id).is_some_and(|p| !self.dead.contains(&p))
+    }
+
+    /// Whether the state `r` counts `id` dead (its latest incarnation in `r`'s list).
+    fn dead_in(&self, r: &Regroup, id: NodeId) -> bool {
+        let n = self.initial.len();
+        let at = r
+            .appended
+            .iter()
+            .rposition(|&x| x == id)
+            .map(|p| (n + p) as u32)
+            .or_else(|| self.initial.binary_search(&id).ok().map(|p| p as u32));
+        at.is_some_and(|p| r.dead.binary_search(&p).is_ok())
+    }
+
+    /// Whether the regroup `r` is to be installed over the installed state (module doc):
+    /// its root is not one this process counts dead, and it is newer or replaces this
+    /// process's root.
+    fn supersedes(&self, r: &Regroup) -> bool {
+        if (r.epoch, r.root) == (self.state.epoch, self.state.root) {
+            return false; // the installed epoch itself
+        }
+        if self
+            .position(r.root)
+            .is_some_and(|p| self.dead.contains(&p))
+        {
+            return false; // from a root this state already replaced
+        }
+        (r.epoch, r.root) > (self.state.epoch, self.state.root) || self.dead_in(r, self.state.root)
     }
 
     /// This process's neighbors in the installed state, computed locally (section 3.4; see
@@ -601,10 +693,13 @@ impl Membership {
         out: &mut Outbox<M>,
     ) {
         let epoch = state.epoch;
+        self.seen_epoch = self.seen_epoch.max(epoch);
+        self.failover = None;
         self.adopt(state);
         self.joining_epoch = joining_epoch;
         out.report(Event::Member(MemberEvent::ViewChanged {
             epoch,
+            root: self.state.root,
             view: self.view.clone(),
             at: self.now,
         }));
@@ -618,6 +713,16 @@ impl Membership {
         self.report_pending(out);
         self.maybe_ack(out);
         self.rejoin_if_excluded(out);
+        self.chase_if_root_suspected(out);
+    }
+
+    /// The installed epoch's root is one this process already suspects (it died while its
+    /// epoch was on its way down): find the next root now, as on its detection.
+    fn chase_if_root_suspected<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        let root = self.nb.root;
+        if root != self.me && self.joining.is_none() && self.suspected.contains_key(&root) {
+            self.chase_root(root, out);
+        }
     }
 
     /// All children acknowledged: tell the parent, or, at the root, report stabilization and
@@ -626,10 +731,10 @@ impl Membership {
         if !self.waiting.is_empty() {
             return;
         }
-        let epoch = self.state.epoch;
+        let (epoch, root) = (self.state.epoch, self.state.root);
         match self.nb.parent {
-            Some(p) if self.joining_epoch => out.send(p, MemberMsg::NewNodeJoinAck { epoch }),
-            Some(p) => out.send(p, MemberMsg::FailureAck { epoch }),
+            Some(p) if self.joining_epoch => out.send(p, MemberMsg::NewNodeJoinAck { epoch, root }),
+            Some(p) => out.send(p, MemberMsg::FailureAck { epoch, root }),
             None if epoch > 0 && self.nb.root == self.me => {
                 out.report(Event::Member(MemberEvent::Stabilized {
                     epoch,
@@ -646,7 +751,8 @@ impl Membership {
         }
     }
 
-    /// The next state: the installed one with the suspects' positions dead, `epoch + 1`.
+    /// The next state: the installed one with the suspects' positions dead, numbered past
+    /// every epoch this process has heard of.
     fn next_state(&self) -> Regroup {
         let mut dead = self.dead.clone();
         for (&id, &p) in &self.suspected {
@@ -655,7 +761,7 @@ impl Membership {
             }
         }
         Regroup {
-            epoch: self.state.epoch + 1,
+            epoch: self.state.epoch.max(self.seen_epoch) + 1,
             dead: dead.into_iter().collect(),
             appended: self.state.appended.clone(),
             root: self.me,
@@ -728,6 +834,24 @@ impl Membership {
             .find(|&id| id != d && !self.suspected.contains_key(&id))
     }
 
+    /// The root `failed` is dead: take over if this process is next in line, or ask the next
+    /// live process to (`RootFailure`), once per candidate. Called again when that candidate
+    /// is found dead, so a chain of dead successors is walked to the first live one.
+    fn chase_root<M: From<MemberMsg>>(&mut self, failed: NodeId, out: &mut Outbox<M>) {
+        match self.next_live(failed) {
+            Some(r) if r == self.me => {
+                self.failover = None;
+                self.root_handles(failed, true, out);
+            }
+            Some(r) if self.failover != Some(r) => {
+                self.failover = Some(r);
+                let epoch = self.seen_epoch.max(self.state.epoch);
+                out.send(r, MemberMsg::RootFailure { failed, epoch });
+            }
+            _ => {}
+        }
+    }
+
     /// A suspected failure of `peer` (detection).
     pub fn suspect<M: From<MemberMsg>>(&mut self, peer: NodeId, out: &mut Outbox<M>) {
         let Some(pos) = self.position(peer).filter(|p| !self.dead.contains(p)) else {
@@ -747,11 +871,10 @@ impl Membership {
         let root = self.nb.root;
         let neighbor = self.nb.parent == Some(peer) || self.nb.children.contains(&peer);
         if root == peer {
-            match self.next_live(peer) {
-                Some(r) if r == self.me => self.root_handles(peer, true, out),
-                Some(r) => out.send(r, MemberMsg::RootFailure { failed: peer }),
-                None => {}
-            }
+            self.chase_root(peer, out);
+        } else if self.failover == Some(peer) && self.suspected.contains_key(&root) {
+            // The process asked to take over from the dead root is dead too: the next one.
+            self.chase_root(root, out);
         } else if root == self.me {
             self.root_handles(peer, false, out);
         } else if self.nb.parent == Some(peer) && !self.cfg.orphan_hold.is_zero() {
@@ -813,25 +936,36 @@ impl Membership {
                     out.send(self.nb.root, MemberMsg::NodeFailure { failed });
                 }
             }
-            MemberMsg::RootFailure { failed } => {
+            MemberMsg::RootFailure { failed, epoch } => {
                 out.send(from, MemberMsg::FailureDetAck { failed });
+                self.seen_epoch = self.seen_epoch.max(epoch);
+                if self.joining.is_some() {
+                    return;
+                }
                 if let Some(p) = self.position(failed).filter(|p| !self.dead.contains(p)) {
                     self.suspected.insert(failed, p);
                 }
                 if self.nb.root == failed {
-                    self.root_handles(failed, true, out);
+                    // Take over, or pass it on to a live process before this one that the
+                    // sender believed dead.
+                    self.chase_root(failed, out);
                 } else if i_am_root {
                     // Already root (an earlier report): treat it as a node failure.
                     self.root_handles(failed, false, out);
                 }
             }
             MemberMsg::FailedNode(r) | MemberMsg::RootDead(r) | MemberMsg::NewNodeJoin(r)
-                if r.epoch <= self.state.epoch => {} // old or duplicate
+                if !self.supersedes(&r) =>
+            {
+                // Old, a duplicate, or from a root already replaced.
+                self.seen_epoch = self.seen_epoch.max(r.epoch);
+            }
             MemberMsg::FailedNode(r) => self.install(r, MemberMsg::FailedNode, false, out),
             MemberMsg::RootDead(r) => self.install(r, MemberMsg::RootDead, false, out),
             MemberMsg::NewNodeJoin(r) => self.install(r, MemberMsg::NewNodeJoin, true, out),
-            MemberMsg::FailureAck { epoch } | MemberMsg::NewNodeJoinAck { epoch } => {
-                if epoch == self.state.epoch && self.waiting.remove(&from) {
+            MemberMsg::FailureAck { epoch, root } | MemberMsg::NewNodeJoinAck { epoch, root } => {
+                let current = (epoch, root) == (self.state.epoch, self.state.root);
+                if current && self.waiting.remove(&from) {
                     self.maybe_ack(out);
                 }
             }
@@ -851,10 +985,12 @@ impl Membership {
             MemberMsg::JoinDetAck(r) => {
                 if self.joining.take().is_some() {
                     out.cancel_timer(JOIN_TIMER);
-                    if r.epoch > self.state.epoch {
+                    if self.supersedes(&r) {
+                        self.seen_epoch = self.seen_epoch.max(r.epoch);
                         self.adopt(r);
                         out.report(Event::Member(MemberEvent::ViewChanged {
                             epoch: self.state.epoch,
+                            root: self.state.root,
                             view: self.view.clone(),
                             at: self.now,
                         }));
@@ -867,6 +1003,7 @@ impl Membership {
                         at: self.now,
                     }));
                     self.rejoin_if_excluded(out);
+                    self.chase_if_root_suspected(out);
                     if self.cfg.probe.is_some() {
                         let now = self.now;
                         self.probe(now, out);
@@ -1170,7 +1307,13 @@ mod tests {
         );
         assert_eq!(
             sends(&mut out),
-            vec![(NodeId(0), MemberMsg::FailureAck { epoch: 1 })],
+            vec![(
+                NodeId(0),
+                MemberMsg::FailureAck {
+                    epoch: 1,
+                    root: NodeId(0)
+                }
+            )],
             "a leaf acks its new parent, and reports nothing"
         );
         child.on_timer(Time(5_000_000), HOLD_TIMER, &mut out);

@@ -11,11 +11,14 @@
 
 pub mod bmg;
 pub mod membership;
+pub mod message;
 pub mod overlay;
 pub mod ping;
 pub mod relay;
 pub mod ring;
 pub mod spontaneous;
+
+pub use message::{Message, Tag};
 
 use crate::NodeId;
 use std::time::Duration;

@@ -13,12 +13,17 @@ use super::{Outbox, Protocol, Time, TimerId};
 use crate::NodeId;
 
 /// A message of either algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum OverlayMsg {
     /// Algorithm 1.
     Ring(RingMsg),
     /// Algorithm 2.
     Bmg(BmgMsg),
+}
+
+impl super::Message for OverlayMsg {
+    const TAG: super::Tag = 2;
+    const NAME: &'static str = "overlay";
 }
 
 impl From<RingMsg> for OverlayMsg {

@@ -29,7 +29,7 @@ use super::{Outbox, TimerId};
 use crate::NodeId;
 
 /// Messages of Algorithm 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum RingMsg {
     /// `F_Connect(I)`: a parent introduces itself to its first child as its predecessor.
     FConnect(NodeId),

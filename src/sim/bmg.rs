@@ -6,13 +6,13 @@
 //! tree's preorder ([`Tree::preorder`]) and the finger tables must equal
 //! [`crate::topology::bmg`]'s formulas over ring positions.
 
-use super::rng::SimRng;
 use super::tree::{Tree, TreeError, TreeKind};
 use super::world::{Scheduler, World};
 use crate::proto::bmg::BmgMsg;
 use crate::proto::overlay::{Overlay, OverlayMsg};
 use crate::proto::ring::{Ring, RingMsg};
 use crate::proto::spontaneous::SpontaneousConfig;
+use crate::rng::SimRng;
 use crate::topology::bmg as formula;
 use crate::{NodeId, Rank};
 use serde::Serialize;
@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 /// The initial configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Init {
     /// Every `Succ`, `Pred`, `CW`, `CCW` is `⊥` and channels are empty (the paper's runs).
@@ -36,6 +36,17 @@ impl fmt::Display for Init {
             Init::Random => "random",
         })
     }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BmgError {
+    /// The launch tree cannot be built.
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    /// A refresh period this run cannot work with.
+    #[error("{0}")]
+    Refresh(String),
 }
 
 /// How often a quiet process re-fires its spontaneous rules (see [`crate::proto::spontaneous`]).
@@ -59,6 +70,43 @@ impl Refresh {
             Refresh::Every(r) => Some(r.max(1)),
             Refresh::Auto => Some(8 * formula::levels(n).max(4) as u64),
         }
+    }
+
+    /// The fastest refresh the asynchronous scheduler can carry for `n` processes: each
+    /// refresh brings about `2 log2 N` messages to every process, which consumes one per
+    /// step, so a refresh every step or two grows every queue without bound (and never
+    /// converges: binomial 2^8 with `--refresh 1` held 3.3 GB). `log2 N` steps is the least
+    /// that converged on every tree the tests run.
+    pub fn async_min(n: u32) -> u64 {
+        formula::levels(n).max(1) as u64
+    }
+
+    /// Check the period against a run of `n` processes under `scheduler` lasting at most
+    /// `max_rounds`.
+    pub fn check(self, n: u32, scheduler: Scheduler, max_rounds: u64) -> Result<(), BmgError> {
+        let Refresh::Every(r) = self else {
+            return Ok(());
+        };
+        if r > max_rounds {
+            return Err(BmgError::Refresh(format!(
+                "--refresh {r}: longer than the run (--max-rounds {max_rounds}); use 0 for never"
+            )));
+        }
+        if r > u32::MAX as u64 {
+            return Err(BmgError::Refresh(format!(
+                "--refresh {r}: at most {}",
+                u32::MAX
+            )));
+        }
+        let min = Self::async_min(n);
+        if scheduler == Scheduler::Async && r < min {
+            return Err(BmgError::Refresh(format!(
+                "--refresh {r}: under the asynchronous scheduler {n} processes need at least \
+                 {min} steps (log2 N) between refreshes (each brings ~2 log2 N messages to \
+                 every process, which takes one per step); a faster one floods the queues"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -126,14 +174,17 @@ pub struct BmgRun {
     pub scheduler: Scheduler,
     /// Initial configuration.
     pub init: Init,
-    /// Rounds (phases or steps) until the ring is correct for good.
-    pub ring_phases: u64,
-    /// Further rounds until the BMG is correct.
-    pub bmg_phases: u64,
-    /// Rounds until both are correct.
-    pub total_phases: u64,
-    /// `total_phases × latency`, in seconds.
-    pub projected_s: f64,
+    /// Rounds (phases or steps) since which the ring has been correct (`None`: it was not
+    /// correct when the run ended).
+    pub ring_phases: Option<u64>,
+    /// Further rounds until the BMG was correct (`None`: the run did not converge).
+    pub bmg_phases: Option<u64>,
+    /// Rounds until both were correct (`None`: the run did not converge).
+    pub total_phases: Option<u64>,
+    /// `total_phases × latency`, in seconds (`None`: the run did not converge).
+    pub projected_s: Option<f64>,
+    /// Rounds the run went through (all of `max_rounds` when it did not converge).
+    pub rounds_run: u64,
     /// Most messages received by one process until convergence.
     pub max_msgs_per_proc: u32,
     /// Messages sent until convergence.
@@ -210,7 +261,11 @@ pub fn build_world(tree: &Tree, cfg: &BmgSimConfig) -> World<Overlay> {
     let n = tree.len() as u32;
     let spont = SpontaneousConfig {
         period: cfg.latency,
-        refresh: cfg.refresh.rounds(n).map(|r| cfg.latency * r as u32),
+        // `Refresh::check` keeps the period within a u32 of rounds.
+        refresh: cfg
+            .refresh
+            .rounds(n)
+            .map(|r| cfg.latency * u32::try_from(r).unwrap_or(u32::MAX)),
     };
     let nodes = (0..n)
         .map(|p| {
@@ -291,9 +346,11 @@ impl Judge {
 }
 
 /// Run one experiment.
-pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, TreeError> {
+pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, BmgError> {
     let started = Instant::now();
     let tree = build_tree(cfg)?;
+    cfg.refresh
+        .check(tree.len() as u32, cfg.scheduler, cfg.max_rounds)?;
     let mut world = build_world(&tree, cfg);
     // A separate stream for the corruption, so the tree of a seed is the same in both inits.
     let mut rng = SimRng::new(cfg.seed ^ 0x5eed_c0de_0bad_f00d);
@@ -344,8 +401,6 @@ pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, TreeError> {
     }
     let both_at = converged_at;
     let converged = both_at.is_some();
-    let total = both_at.unwrap_or(world.round());
-    let ring = ring_at.unwrap_or(world.round());
     let (max_msgs, total_msgs) =
         snapshot.unwrap_or((world.traffic().max_received(), world.traffic().sent));
     let mut changes_after = 0u64;
@@ -361,10 +416,11 @@ pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, TreeError> {
         degree: cfg.degree,
         scheduler: cfg.scheduler,
         init: cfg.init,
-        ring_phases: ring,
-        bmg_phases: total.saturating_sub(ring),
-        total_phases: total,
-        projected_s: total as f64 * cfg.latency.as_secs_f64(),
+        ring_phases: ring_at,
+        bmg_phases: both_at.zip(ring_at).map(|(b, r)| b.saturating_sub(r)),
+        total_phases: both_at,
+        projected_s: both_at.map(|t| t as f64 * cfg.latency.as_secs_f64()),
+        rounds_run: world.round(),
         max_msgs_per_proc: max_msgs,
         total_msgs,
         converged,
@@ -405,7 +461,7 @@ mod tests {
         for depth in 2..=12 {
             let r = run(&cfg(TreeKind::Binomial, depth, Scheduler::Sync)).unwrap();
             assert!(r.converged);
-            assert_eq!(r.ring_phases, 4, "depth {depth}");
+            assert_eq!(r.ring_phases, Some(4), "depth {depth}");
         }
     }
 
@@ -415,7 +471,7 @@ mod tests {
         for depth in 1..=12 {
             let r = run(&cfg(TreeKind::Binary, depth, Scheduler::Sync)).unwrap();
             assert!(r.converged);
-            assert_eq!(r.ring_phases, depth as u64 + 2, "depth {depth}");
+            assert_eq!(r.ring_phases, Some(depth as u64 + 2), "depth {depth}");
         }
     }
 
@@ -474,6 +530,38 @@ mod tests {
         let r = run(&cfg(TreeKind::Binomial, 1, Scheduler::Async)).unwrap();
         assert!(r.converged);
         assert_eq!(r.nodes, 2);
+    }
+
+    /// A run cut short reports no phase counts, only that it did not converge; a refresh the
+    /// asynchronous scheduler cannot carry, or one longer than the run, is refused.
+    #[test]
+    fn a_run_that_does_not_converge_invents_no_phases() {
+        let c = BmgSimConfig {
+            max_rounds: 5,
+            ..cfg(TreeKind::Binary, 4, Scheduler::Sync)
+        };
+        let r = run(&c).unwrap();
+        assert!(!r.converged);
+        assert_eq!(
+            (r.ring_phases, r.total_phases, r.projected_s),
+            (None, None, None)
+        );
+        assert_eq!(r.rounds_run, 5);
+        let flood = BmgSimConfig {
+            refresh: Refresh::Every(1),
+            ..cfg(TreeKind::Binomial, 8, Scheduler::Async)
+        };
+        assert!(matches!(run(&flood), Err(BmgError::Refresh(_))));
+        let huge = BmgSimConfig {
+            refresh: Refresh::Every(18_446_744_073_709),
+            ..cfg(TreeKind::Binary, 4, Scheduler::Sync)
+        };
+        assert!(matches!(run(&huge), Err(BmgError::Refresh(_))));
+        let ok = BmgSimConfig {
+            refresh: Refresh::Every(Refresh::async_min(256)),
+            ..cfg(TreeKind::Binomial, 8, Scheduler::Async)
+        };
+        assert!(run(&ok).unwrap().converged);
     }
 
     #[test]

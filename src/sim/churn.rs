@@ -3,10 +3,10 @@
 //! at the end every live process must hold the same view, exactly the live processes (joiners
 //! included), and the root must have stabilized that view.
 
-use super::rng::SimRng;
 use super::timed::{Net, TimedConfig, TimedWorld};
 use crate::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
 use crate::proto::Event;
+use crate::rng::SimRng;
 use crate::NodeId;
 use std::time::Duration;
 

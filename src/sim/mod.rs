@@ -6,7 +6,6 @@
 
 pub mod bmg;
 pub mod churn;
-pub mod rng;
 pub mod stabilize;
 pub mod timed;
 pub mod tree;

@@ -2,72 +2,16 @@
 //! protocol over the timed network, some are killed at t = 0, a neighbor of each notices at once,
 //! and Ts is the time until the root has every acknowledgment of the final epoch.
 
-use super::rng::SimRng;
-use super::timed::{pick, Net, TimedConfig, TimedWorld};
+use super::timed::{Net, TimedConfig, TimedWorld};
 use crate::proto::membership::{IdTree, MemberEvent, Membership, MembershipConfig, TreeMode};
 use crate::proto::Event;
 use crate::topology::torus::Torus;
 use crate::NodeId;
 use serde::Serialize;
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-/// Which processes fail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fail {
-    /// A random leaf.
-    Leaf,
-    /// A random inner process (not the root).
-    Inner,
-    /// The root.
-    Root,
-    /// K random non-root processes.
-    Multi(usize),
-    /// The root and K random others.
-    RootPlus(usize),
-}
-
-impl Fail {
-    /// How many processes this failure kills.
-    pub fn killed(self) -> usize {
-        match self {
-            Fail::Leaf | Fail::Inner | Fail::Root => 1,
-            Fail::Multi(k) => k,
-            Fail::RootPlus(k) => k + 1,
-        }
-    }
-}
-
-impl FromStr for Fail {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Fail, String> {
-        let bad = || format!("--fail {s:?}: expected leaf, inner, root, multi:K or root+K");
-        Ok(match s {
-            "leaf" => Fail::Leaf,
-            "inner" => Fail::Inner,
-            "root" => Fail::Root,
-            _ if s.starts_with("multi:") => Fail::Multi(s[6..].parse().map_err(|_| bad())?),
-            _ if s.starts_with("root+") => Fail::RootPlus(s[5..].parse().map_err(|_| bad())?),
-            _ => return Err(bad()),
-        })
-    }
-}
-
-impl fmt::Display for Fail {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Fail::Leaf => f.write_str("leaf"),
-            Fail::Inner => f.write_str("inner"),
-            Fail::Root => f.write_str("root"),
-            Fail::Multi(k) => write!(f, "multi:{k}"),
-            Fail::RootPlus(k) => write!(f, "root+{k}"),
-        }
-    }
-}
-
 /// The latency model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetKind {
     /// Base model: every message takes L.
@@ -88,8 +32,12 @@ pub struct StabilizeConfig {
     pub radix: u32,
     /// Patch or rebalance.
     pub mode: TreeMode,
-    /// Failures.
-    pub fail: Fail,
+    /// The processes killed, in order.
+    pub victims: Vec<NodeId>,
+    /// Time between two kills (`ZERO`: all at t = 0, as the paper's simultaneous failures).
+    pub kill_gap: Duration,
+    /// What the failure case is called in the report (`inner`, `root+1`, `n0,n1`).
+    pub label: String,
     /// Latency model.
     pub net: NetKind,
     /// L.
@@ -98,9 +46,9 @@ pub struct StabilizeConfig {
     pub ocp: Duration,
     /// CPU per message sent (contention model only).
     pub send: Duration,
-    /// Seed.
+    /// Seed (of the victims' choice; the run itself is deterministic).
     pub seed: u64,
-    /// `None`: a neighbor of each victim notices at t = 0. `Some((period, timeout))`: only the
+    /// `None`: a neighbor of each victim notices at its kill. `Some((period, timeout))`: only the
     /// `HowAreYou` probes detect.
     pub probe: Option<(Duration, Duration)>,
     /// The root's batching window ([`MembershipConfig::batch`]).
@@ -141,36 +89,11 @@ pub struct StabilizeRun {
     pub views_agree: bool,
     /// The root stabilized the final epoch.
     pub stabilized: bool,
+    /// No two processes installed one epoch (its number and root, which name a view) with
+    /// different views, at any time of the run.
+    pub views_named_once: bool,
     /// Seed.
     pub seed: u64,
-}
-
-/// The processes that `fail` kills in a job of `n` (ids `0..n`) over the initial `tree`,
-/// drawn with `rng`. Shared by the simulator and the real runs, so both kill alike.
-pub fn victims(tree: &IdTree, n: u32, fail: Fail, rng: &mut SimRng) -> Result<Vec<u32>, String> {
-    let leaves: Vec<u32> = (1..n)
-        .filter(|&i| tree.children(NodeId(i as u64)).is_empty())
-        .collect();
-    let inner: Vec<u32> = (1..n)
-        .filter(|&i| !tree.children(NodeId(i as u64)).is_empty())
-        .collect();
-    let one = |rng: &mut SimRng, v: &[u32]| -> Result<u32, String> {
-        if v.is_empty() {
-            return Err(format!("no process of that kind in a tree of {n}"));
-        }
-        Ok(v[rng.below(v.len() as u64) as usize])
-    };
-    Ok(match fail {
-        Fail::Leaf => vec![one(rng, &leaves)?],
-        Fail::Inner => vec![one(rng, &inner)?],
-        Fail::Root => vec![0],
-        Fail::Multi(k) => pick(rng, n, k.min(n as usize - 1), &[0]),
-        Fail::RootPlus(k) => {
-            let mut v = vec![0];
-            v.extend(pick(rng, n, k.min(n as usize - 2), &[0]));
-            v
-        }
-    })
 }
 
 /// Run one stabilization.
@@ -198,6 +121,12 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         .collect();
     let tree = IdTree::radix(&ids, cfg.radix);
     let height = tree.height();
+    if let Some(bad) = cfg.victims.iter().find(|v| v.0 >= n as u64) {
+        return Err(format!("victim {bad} is not in a job of {n}"));
+    }
+    if cfg.victims.len() >= n as usize {
+        return Err("every process fails: nobody is left to stabilize".into());
+    }
     let net = match cfg.net {
         NetKind::Constant | NetKind::Contention => Net::Constant { l: cfg.latency },
         NetKind::Torus => Net::Torus {
@@ -219,16 +148,16 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
             detect: Duration::ZERO,
         },
     );
-    let mut rng = SimRng::new(cfg.seed);
-    let victims = victims(&tree, n, cfg.fail, &mut rng)?;
+    let victims: Vec<u32> = cfg.victims.iter().map(|v| v.0 as u32).collect();
+    let gap = cfg.kill_gap.as_nanos() as u64;
     world.start();
-    for &v in &victims {
-        world.kill(v);
-    }
-    // Detection at t = 0 by a live neighbor (the parent, or for the root its first live
-    // child), unless the probes are to find the failures themselves.
-    if cfg.probe.is_none() {
-        for &v in &victims {
+    let survives = |c: u32| !victims.contains(&c);
+    for (i, &v) in victims.iter().enumerate() {
+        let at = gap * i as u64;
+        world.kill_at(at, v);
+        // Detection at the kill by a neighbor that survives (the parent, or for the root its
+        // first child), unless the probes are to find the failures themselves.
+        if cfg.probe.is_none() {
             let id = NodeId(v as u64);
             let candidates = tree
                 .parent(id)
@@ -236,31 +165,40 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
                 .chain(tree.children(id).iter().copied());
             let detector = candidates
                 .map(|c| c.0 as u32)
-                .find(|&c| world.is_alive(c))
-                .or_else(|| (0..n).find(|&c| world.is_alive(c)))
+                .find(|&c| survives(c))
+                .or_else(|| (0..n).find(|&c| survives(c)))
                 .ok_or("every process failed")?;
-            world.suspect_at(0, detector, v);
+            world.suspect_at(at, detector, v);
         }
     }
     // With probes the run never goes idle: stop well after detection could have happened.
     let horizon = cfg
         .probe
         .map_or(u64::MAX, |(p, t)| 20 * (p + t).as_nanos() as u64);
-    let mut last_stable: Option<(u64, u64)> = None; // (epoch, time)
+    let mut last_stable: Option<((u64, NodeId), u64)> = None; // ((epoch, root), time)
     let mut detected: Option<u64> = None;
+    let mut named = std::collections::HashMap::new();
+    let mut views_named_once = true;
     while world.now() <= horizon {
         if world.step().is_none() {
             break;
         }
-        for (_, t, e) in world.take_reports() {
+        for (who, t, e) in world.take_reports() {
+            if std::env::var("WEFT_DEBUG_SIM").is_ok() {
+                eprintln!("{t} n{who} {e:?}");
+            }
             match e {
-                Event::Member(MemberEvent::Stabilized { epoch, .. })
-                    if last_stable.is_none_or(|(ep, _)| epoch >= ep) =>
-                {
-                    last_stable = Some((epoch, t));
+                Event::Member(MemberEvent::Stabilized { epoch, .. }) => {
+                    last_stable = Some(((epoch, NodeId(who as u64)), t));
                 }
                 Event::Member(MemberEvent::Detected { at, .. }) => {
                     detected.get_or_insert(at.0);
+                }
+                Event::Member(MemberEvent::ViewChanged {
+                    epoch, root, view, ..
+                }) => {
+                    let first = named.entry((epoch, root)).or_insert_with(|| view.clone());
+                    views_named_once &= *first == view;
                 }
                 _ => {}
             }
@@ -274,18 +212,19 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         .iter()
         .map(|id| &world.nodes()[id.0 as usize])
         .collect();
-    let final_epoch = live.iter().map(|m| m.epoch()).max().unwrap_or(0);
+    let last = live.first().map(|m| (m.epoch(), m.root()));
     let views_agree = live
         .iter()
-        .all(|m| m.view() == survivors.as_slice() && m.epoch() == final_epoch);
-    let stabilized = last_stable.is_some_and(|(ep, _)| ep == final_epoch);
+        .all(|m| m.view() == survivors.as_slice() && Some((m.epoch(), m.root())) == last);
+    let final_epoch = last.map_or(0, |l| l.0);
+    let stabilized = last_stable.is_some_and(|(named, _)| Some(named) == last);
     let ts = last_stable.map_or(0, |(_, t)| t.saturating_sub(detected.unwrap_or(0)));
     let (l, ocp) = (cfg.latency.as_secs_f64() * 1e6, cfg.ocp.as_secs_f64() * 1e6);
     Ok(StabilizeRun {
         nodes: n,
         radix: cfg.radix,
         mode: cfg.mode,
-        fail: cfg.fail.to_string(),
+        fail: cfg.label.clone(),
         net: cfg.net,
         latency_us: l,
         ocp_us: ocp,
@@ -296,6 +235,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         epochs: final_epoch,
         views_agree,
         stabilized,
+        views_named_once,
         seed: cfg.seed,
     })
 }
@@ -304,17 +244,20 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
 mod tests {
     use super::*;
 
-    fn cfg(nodes: u32, radix: u32, fail: Fail, mode: TreeMode, seed: u64) -> StabilizeConfig {
+    /// A radix-4 job of `nodes` with the given victims killed at once, BG/L-like costs.
+    pub(crate) fn cfg(nodes: u32, radix: u32, victims: &[u64], mode: TreeMode) -> StabilizeConfig {
         StabilizeConfig {
             nodes,
             radix,
             mode,
-            fail,
+            victims: victims.iter().map(|&v| NodeId(v)).collect(),
+            kill_gap: Duration::ZERO,
+            label: "test".into(),
             net: NetKind::Constant,
             latency: Duration::from_micros(5),
             ocp: Duration::from_micros(2),
             send: Duration::from_micros(1),
-            seed,
+            seed: 0,
             probe: None,
             batch: Duration::ZERO,
             orphan_hold: crate::proto::membership::ORPHAN_HOLD,
@@ -324,10 +267,10 @@ mod tests {
     #[test]
     fn children_of_a_failed_process_leave_the_report_to_its_parent() {
         // Probes find the failure from both sides: its parent and its children time out on it.
-        for seed in 0..4 {
+        for victim in [1, 2, 5, 9] {
             let probed = StabilizeConfig {
                 probe: Some((Duration::from_micros(200), Duration::from_micros(100))),
-                ..cfg(85, 4, Fail::Inner, TreeMode::Patch, seed)
+                ..cfg(85, 4, &[victim], TreeMode::Patch)
             };
             let paper = run(&StabilizeConfig {
                 orphan_hold: Duration::ZERO,
@@ -335,14 +278,14 @@ mod tests {
             })
             .unwrap();
             let held = run(&probed).unwrap();
-            assert!(paper.views_agree && held.views_agree, "seed {seed}");
-            assert!(paper.stabilized && held.stabilized, "seed {seed}");
-            assert_eq!(held.epochs, 1, "seed {seed}: {held:?}");
+            assert!(paper.views_agree && held.views_agree, "victim {victim}");
+            assert!(paper.stabilized && held.stabilized, "victim {victim}");
+            assert_eq!(held.epochs, 1, "victim {victim}: {held:?}");
             // Each child's NodeFailure and the root's FailureDetAck are saved (the probes'
             // own messages are the same in both runs).
             assert!(
                 held.msgs + 2 <= paper.msgs,
-                "seed {seed}: {} messages held, {} at once",
+                "victim {victim}: {} messages held, {} at once",
                 held.msgs,
                 paper.msgs
             );
@@ -350,59 +293,11 @@ mod tests {
     }
 
     #[test]
-    fn probes_alone_detect_every_failure() {
-        for fail in [
-            Fail::Leaf,
-            Fail::Inner,
-            Fail::Root,
-            Fail::Multi(5),
-            Fail::RootPlus(3),
-        ] {
-            for seed in 0..4 {
-                let c = StabilizeConfig {
-                    probe: Some((Duration::from_micros(200), Duration::from_micros(100))),
-                    ..cfg(100, 4, fail, TreeMode::Patch, seed)
-                };
-                let r = run(&c).unwrap();
-                assert!(r.views_agree && r.stabilized, "{fail} seed {seed}: {r:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn every_failure_case_ends_in_one_agreed_view() {
-        for mode in [TreeMode::Patch, TreeMode::Rebalance] {
-            for fail in [
-                Fail::Leaf,
-                Fail::Inner,
-                Fail::Root,
-                Fail::Multi(3),
-                Fail::Multi(12),
-                Fail::RootPlus(4),
-            ] {
-                for (n, a) in [(16, 2), (64, 4), (200, 8), (256, 2)] {
-                    for seed in 0..5 {
-                        let r = run(&cfg(n, a, fail, mode, seed)).unwrap();
-                        assert!(
-                            r.views_agree,
-                            "{mode:?} {fail} n={n} a={a} seed={seed}: views differ"
-                        );
-                        assert!(
-                            r.stabilized,
-                            "{mode:?} {fail} n={n} a={a} seed={seed}: root never stabilized"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
     fn single_failure_matches_the_base_model_shape() {
         // One failure, one epoch: Ts grows with the tree height, never below 2·L·(H−1).
         let mut prev = 0.0;
-        for n in [16, 64, 256, 1024] {
-            let r = run(&cfg(n, 2, Fail::Leaf, TreeMode::Patch, 1)).unwrap();
+        for n in [16u32, 64, 256, 1024] {
+            let r = run(&cfg(n, 2, &[n as u64 - 1], TreeMode::Patch)).unwrap();
             assert_eq!(r.epochs, 1);
             assert!(
                 r.ts_us >= 2.0 * r.latency_us * (r.height as f64 - 1.0),
@@ -413,32 +308,55 @@ mod tests {
         }
     }
 
+    /// The root's failover when the process next in line is dead too (the root, then the
+    /// next, then the next...): someone always takes over, and every survivor agrees.
     #[test]
-    fn a_batching_root_stabilizes_simultaneous_failures_in_one_epoch() {
+    fn root_failover_skips_dead_successors() {
         for mode in [TreeMode::Patch, TreeMode::Rebalance] {
-            for fail in [Fail::Multi(3), Fail::Multi(30), Fail::RootPlus(5)] {
-                let unbatched = run(&cfg(512, 4, fail, mode, 4)).unwrap();
-                let c = StabilizeConfig {
-                    batch: Duration::from_micros(20),
-                    ..cfg(512, 4, fail, mode, 4)
-                };
-                let r = run(&c).unwrap();
-                assert!(r.views_agree && r.stabilized, "{mode:?} {fail}: {r:?}");
-                // Every detection lands in the window: one epoch (two when the root itself
-                // failed: the new root's own epoch, then the reports it batched).
-                assert!(r.epochs <= 2, "{mode:?} {fail}: {} epochs", r.epochs);
-                assert!(
-                    r.msgs < unbatched.msgs || unbatched.epochs <= 2,
-                    "{mode:?} {fail}"
-                );
+            for n in [3u32, 4, 5, 16, 64] {
+                for k in 1..(n as u64).min(6) {
+                    let victims: Vec<u64> = (0..=k).filter(|&v| v < n as u64 - 1).collect();
+                    let r = run(&cfg(n, 4, &victims, mode)).unwrap();
+                    assert!(
+                        r.views_agree && r.stabilized,
+                        "{mode:?} n={n} victims {victims:?}: {r:?}"
+                    );
+                }
             }
         }
     }
 
+    /// Everyone but one process fails (the root among them): the lone survivor installs a
+    /// view of itself and stabilizes it.
     #[test]
-    fn failure_case_names_parse() {
-        assert_eq!("multi:3".parse::<Fail>(), Ok(Fail::Multi(3)));
-        assert_eq!("root+2".parse::<Fail>(), Ok(Fail::RootPlus(2)));
-        assert!("sideways".parse::<Fail>().is_err());
+    fn a_lone_survivor_installs_its_own_view() {
+        for n in [2u32, 3, 16] {
+            for alone in [0, 1, n as u64 - 1] {
+                let victims: Vec<u64> = (0..n as u64).filter(|&v| v != alone).collect();
+                let r = run(&cfg(n, 4, &victims, TreeMode::Patch)).unwrap();
+                assert!(r.views_agree && r.stabilized, "n={n} alone {alone}: {r:?}");
+            }
+        }
+    }
+
+    /// The root installs an epoch for one failure and dies while sending it down: survivors
+    /// holding that epoch and survivors without it end in one view all the same, and no two
+    /// processes ever hold one epoch with two views.
+    #[test]
+    fn a_root_that_dies_mid_epoch_leaves_no_split() {
+        for gap_ns in [0u64, 500, 2_000, 5_000, 9_000, 20_000] {
+            for (n, victims) in [(4u32, vec![1u64, 0]), (16, vec![5, 0]), (16, vec![1, 0, 2])] {
+                let c = StabilizeConfig {
+                    kill_gap: Duration::from_nanos(gap_ns),
+                    ..cfg(n, 4, &victims, TreeMode::Patch)
+                };
+                let r = run(&c).unwrap();
+                assert!(
+                    r.views_agree && r.stabilized,
+                    "n={n} victims {victims:?} {gap_ns} ns apart: {r:?}"
+                );
+                assert!(r.views_named_once, "n={n} {victims:?} {gap_ns} ns: {r:?}");
+            }
+        }
     }
 }

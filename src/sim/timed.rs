@@ -5,9 +5,19 @@
 //! Used for stabilization latency (ICS'06): the base model (constant `L`), the 3-D torus
 //! distance model (`hops × L`) and contention (a sender pays `send` per message, so the k-th
 //! of c messages leaves `k × send` later).
+//!
+//! Failures are seen as over the engine's connections: two processes that exchanged a message
+//! hold a connection, and when one dies the other suspects it `detect` later; a message sent
+//! to a dead process is lost and its sender suspects the receiver. A process killed while it
+//! sends a batch (each send costs `send`) gets out only the messages that left before the kill.
+//! The experiments add their own detections on top (a neighbor of each victim at its kill).
+//!
+//! Messages between two processes arrive in the order they were sent, whatever the latency
+//! model (TCP's FIFO, which the protocols assume), and a process can hang ([`TimedWorld::hang_at`]:
+//! it handles nothing for a while, as a stopped process, while its connections stay up).
 
-use super::rng::SimRng;
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
+use crate::rng::SimRng;
 use crate::topology::torus::Torus;
 use crate::{NodeId, Rank};
 use std::cmp::Reverse;
@@ -30,14 +40,27 @@ pub enum Net {
         /// The torus.
         torus: Torus,
     },
+    /// `l` plus a uniform extra up to `spread` per message, drawn from `seed` (FIFO kept per
+    /// pair): many interleavings from one schedule of events.
+    Jitter {
+        /// Least latency.
+        l: Duration,
+        /// Most extra latency.
+        spread: Duration,
+        /// Seed of the draws.
+        seed: u64,
+    },
 }
 
 impl Net {
-    fn delay(&self, from: u32, to: u32) -> u64 {
+    fn delay(&self, from: u32, to: u32, rng: &mut SimRng) -> u64 {
         match self {
             Net::Constant { l } => l.as_nanos() as u64,
             Net::Torus { l, torus } => {
                 torus.hops(Rank(from), Rank(to)).max(1) as u64 * l.as_nanos() as u64
+            }
+            Net::Jitter { l, spread, .. } => {
+                l.as_nanos() as u64 + rng.below(spread.as_nanos() as u64 + 1)
             }
         }
     }
@@ -51,8 +74,19 @@ enum Ev {
         slot: usize,
         /// The incarnation of `to` it was sent to (a restarted process does not get them).
         incarnation: u32,
+        /// When it left `from`, and `from`'s incarnation then: a message that would have left
+        /// after its sender was killed never left.
+        departed: u64,
+        from_incarnation: u32,
+    },
+    Hang {
+        node: u32,
+        until: u64,
     },
     Start {
+        node: u32,
+    },
+    Kill {
         node: u32,
     },
     Suspect {
@@ -85,7 +119,11 @@ pub struct TimedWorld<P: Protocol> {
     alive: Vec<bool>,
     busy_until: Vec<u64>,
     queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    /// Messages in flight, by slot; a delivered (or lost) message's slot is reused, so memory
+    /// follows the messages in flight, not every message ever sent.
     msgs: Vec<Option<P::Msg>>,
+    /// Empty slots of `msgs`.
+    free_slots: Vec<usize>,
     seq: u64,
     cfg: TimedConfig,
     now: u64,
@@ -101,6 +139,14 @@ pub struct TimedWorld<P: Protocol> {
     incarnation: Vec<u32>,
     /// Protocols waiting for their `Start` (a joiner, a restarted process).
     pending: HashMap<u32, P>,
+    /// The peers each process holds a connection to (it sent them a message, or they it).
+    links: Vec<Vec<u32>>,
+    /// When each (process, incarnation) was killed.
+    killed_at: HashMap<(u32, u32), u64>,
+    /// The last arrival on each (from, to) pair: later messages arrive after it (FIFO).
+    last_arrival: HashMap<(u32, u32), u64>,
+    /// Latency draws of [`Net::Jitter`].
+    rng: SimRng,
 }
 
 impl<P: Protocol> TimedWorld<P> {
@@ -113,6 +159,7 @@ impl<P: Protocol> TimedWorld<P> {
             busy_until: vec![0; n],
             queue: BinaryHeap::new(),
             msgs: Vec::new(),
+            free_slots: Vec::new(),
             seq: 0,
             cfg,
             now: 0,
@@ -123,6 +170,51 @@ impl<P: Protocol> TimedWorld<P> {
             reports: Vec::new(),
             incarnation: vec![0; n],
             pending: HashMap::new(),
+            links: vec![Vec::new(); n],
+            killed_at: HashMap::new(),
+            last_arrival: HashMap::new(),
+            rng: SimRng::new(match cfg.net {
+                Net::Jitter { seed, .. } => seed,
+                _ => 0,
+            }),
+        }
+    }
+
+    /// The incarnation of process `i` (1 once started, bumped at each restart).
+    pub fn incarnation(&self, i: u32) -> u32 {
+        self.incarnation[i as usize]
+    }
+
+    /// When the next event happens, if any.
+    pub fn peek_time(&self) -> Option<u64> {
+        self.queue.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Process `i` hangs from `t` for `d`: it handles nothing meanwhile (messages and timers
+    /// wait), as a stopped process whose connections stay up.
+    pub fn hang_at(&mut self, t: u64, i: u32, d: Duration) {
+        let until = t + d.as_nanos() as u64;
+        self.push(t, Ev::Hang { node: i, until });
+    }
+
+    /// `a` and `b` hold a connection from now on.
+    fn link(&mut self, a: u32, b: u32) {
+        if !self.links[a as usize].contains(&b) {
+            self.links[a as usize].push(b);
+            self.links[b as usize].push(a);
+        }
+    }
+
+    /// Process `i` is dead: every live process connected to it notices after `detect` (its
+    /// connection closes), and its connections are gone.
+    fn break_links(&mut self, i: u32, now: u64) {
+        let peers = std::mem::take(&mut self.links[i as usize]);
+        let at = now + self.cfg.detect.as_nanos() as u64;
+        for p in peers {
+            self.links[p as usize].retain(|&q| q != i);
+            if self.alive[p as usize] {
+                self.suspect_at(at, p, i);
+            }
         }
     }
 
@@ -163,9 +255,51 @@ impl<P: Protocol> TimedWorld<P> {
     }
 
     /// Kill process `i` now: it stops handling events; messages to it are lost, and each
-    /// sender notices after `detect`.
+    /// sender notices after `detect` (one whose message was on its way too: its connection
+    /// breaks).
     pub fn kill(&mut self, i: u32) {
         self.alive[i as usize] = false;
+        self.killed_at
+            .insert((i, self.incarnation[i as usize]), self.now);
+        self.break_links(i, self.now);
+    }
+
+    /// Kill process `i` at time `t` (in the middle of whatever it was doing: what it sent
+    /// before `t` is on its way, what it would have sent after is not).
+    pub fn kill_at(&mut self, t: u64, i: u32) {
+        if t == 0 && self.now == 0 {
+            self.kill(i);
+        } else {
+            self.push(t, Ev::Kill { node: i });
+        }
+    }
+
+    /// Messages in flight (queued for delivery, not yet handled or lost).
+    pub fn in_flight(&self) -> usize {
+        self.msgs.len() - self.free_slots.len()
+    }
+
+    /// Put `msg` in a free slot.
+    fn hold(&mut self, msg: P::Msg) -> usize {
+        match self.free_slots.pop() {
+            Some(slot) => {
+                self.msgs[slot] = Some(msg);
+                slot
+            }
+            None => {
+                self.msgs.push(Some(msg));
+                self.msgs.len() - 1
+            }
+        }
+    }
+
+    /// Take the message out of `slot` and free the slot.
+    fn release(&mut self, slot: usize) -> Option<P::Msg> {
+        let msg = self.msgs[slot].take();
+        if msg.is_some() {
+            self.free_slots.push(slot);
+        }
+        msg
     }
 
     /// At time `t`, process `i` starts running `proto` (alive, `on_start`): a joiner that was
@@ -227,10 +361,14 @@ impl<P: Protocol> TimedWorld<P> {
                     self.suspect_at(at, i, to);
                     continue;
                 }
-                let slot = self.msgs.len();
-                self.msgs.push(Some(msg));
-                let arrive = t + self.cfg.net.delay(i, to);
+                self.link(i, to);
+                let slot = self.hold(msg);
+                let mut arrive = t + self.cfg.net.delay(i, to, &mut self.rng);
+                let last = self.last_arrival.entry((i, to)).or_insert(0);
+                arrive = arrive.max(*last);
+                *last = arrive;
                 let incarnation = self.incarnation[to as usize];
+                let from_incarnation = self.incarnation[i as usize];
                 self.push(
                     arrive,
                     Ev::Deliver {
@@ -238,6 +376,8 @@ impl<P: Protocol> TimedWorld<P> {
                         from: i,
                         slot,
                         incarnation,
+                        departed: t,
+                        from_incarnation,
                     },
                 );
             }
@@ -251,9 +391,41 @@ impl<P: Protocol> TimedWorld<P> {
     pub fn step(&mut self) -> Option<Option<u32>> {
         let Reverse((at, _, ev)) = self.queue.pop()?;
         let node = match &ev {
-            Ev::Deliver { to, .. } => *to,
+            Ev::Deliver {
+                from,
+                slot,
+                departed,
+                from_incarnation,
+                ..
+            } => {
+                let killed = self.killed_at.get(&(*from, *from_incarnation));
+                if killed.is_some_and(|&k| *departed > k) {
+                    // Its sender was killed before it left: it never did.
+                    self.release(*slot);
+                    return Some(None);
+                }
+                match &ev {
+                    Ev::Deliver { to, .. } => *to,
+                    _ => unreachable!(),
+                }
+            }
             Ev::Suspect { at, .. } => *at,
             Ev::Timer { node, .. } => *node,
+            Ev::Hang { node, until } => {
+                let i = *node as usize;
+                self.now = self.now.max(at);
+                self.busy_until[i] = self.busy_until[i].max(*until);
+                return Some(None);
+            }
+            Ev::Kill { node } => {
+                let node = *node;
+                self.now = self.now.max(at);
+                self.alive[node as usize] = false;
+                self.killed_at
+                    .insert((node, self.incarnation[node as usize]), at);
+                self.break_links(node, at);
+                return Some(None);
+            }
             Ev::Start { node } => {
                 let node = *node;
                 let Some(proto) = self.pending.remove(&node) else {
@@ -274,8 +446,20 @@ impl<P: Protocol> TimedWorld<P> {
             }
         };
         if !self.alive[node as usize] {
-            if let Ev::Deliver { slot, .. } = ev {
-                self.msgs[slot] = None;
+            if let Ev::Deliver {
+                slot,
+                from,
+                incarnation,
+                ..
+            } = ev
+            {
+                self.release(slot);
+                // The receiver died with the message on its way: the sender's connection to
+                // it breaks, as over TCP, and the sender notices after `detect`.
+                if incarnation == self.incarnation[node as usize] && self.alive[from as usize] {
+                    let at = at + self.cfg.detect.as_nanos() as u64;
+                    self.suspect_at(at, from, node);
+                }
             }
             return Some(None);
         }
@@ -289,8 +473,9 @@ impl<P: Protocol> TimedWorld<P> {
                 from,
                 slot,
                 incarnation,
+                ..
             } => {
-                let msg = self.msgs[slot].take();
+                let msg = self.release(slot);
                 if incarnation != self.incarnation[to as usize] {
                     return Some(None); // sent to a process that has since restarted
                 }
@@ -306,7 +491,9 @@ impl<P: Protocol> TimedWorld<P> {
             Ev::Suspect { at, peer } => {
                 self.nodes[at as usize].on_suspect(now, NodeId(peer as u64), &mut self.out);
             }
-            Ev::Start { .. } => unreachable!("handled above"),
+            Ev::Start { .. } | Ev::Kill { .. } | Ev::Hang { .. } => {
+                unreachable!("handled above")
+            }
             Ev::Timer {
                 node,
                 timer,
@@ -329,14 +516,39 @@ impl<P: Protocol> TimedWorld<P> {
     }
 }
 
-/// Pick `k` distinct processes among `0..n` excluding `except`.
-pub fn pick(rng: &mut SimRng, n: u32, k: usize, except: &[u32]) -> Vec<u32> {
-    let mut out = Vec::new();
-    while out.len() < k && out.len() + except.len() < n as usize {
-        let c = rng.below(n as u64) as u32;
-        if !out.contains(&c) && !except.contains(&c) {
-            out.push(c);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::relay::Relay;
+
+    /// A long run reuses the slots of delivered messages: memory follows the messages in
+    /// flight (here a handful of tokens), not the millions sent.
+    #[test]
+    fn delivered_messages_free_their_slots() {
+        let n = 8u64;
+        let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, 2, 10_000)).collect();
+        let mut w = TimedWorld::new(
+            nodes,
+            TimedConfig {
+                net: Net::Constant {
+                    l: Duration::from_micros(1),
+                },
+                ocp: Duration::from_nanos(100),
+                send: Duration::ZERO,
+                detect: Duration::ZERO,
+            },
+        );
+        w.start();
+        let mut steps = 0u64;
+        while w.step().is_some() {
+            steps += 1;
+            assert!(
+                w.msgs.len() <= 16,
+                "{} slots after {steps} steps",
+                w.msgs.len()
+            );
         }
+        assert!(w.sent > 100_000, "{} messages", w.sent);
+        assert_eq!(w.in_flight(), 0);
     }
-    out
 }

@@ -4,12 +4,12 @@
 //! random trees of a given depth and maximal degree where every process above the requested
 //! depth has between 1 and `degree` children. Processes are numbered breadth first, root 0.
 
-use super::rng::SimRng;
+use crate::rng::SimRng;
 use serde::Serialize;
 use std::fmt;
 
 /// The shape of a launch tree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TreeKind {
     /// Balanced binary tree: `2^(depth+1) - 1` processes.

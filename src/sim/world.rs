@@ -14,7 +14,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// How rounds are scheduled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scheduler {
     /// A phase: every process fires its due spontaneous rules, then every process consumes every

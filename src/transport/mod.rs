@@ -1,5 +1,6 @@
-//! The public API: start nodes that run a protocol over the engine, and whole in-process
-//! clusters on loopback.
+//! The embeddable API: start nodes that run a protocol over the engine ([`spawn`]), whole
+//! in-process clusters on loopback ([`Cluster`]), and a membership node as its own process
+//! ([`process`]). Experiments on top of it live in `bench`.
 //!
 //! ```no_run
 //! use weft::transport::Cluster;
@@ -11,19 +12,14 @@
 //! }).unwrap();
 //! ```
 
-pub mod bare_wave;
-pub mod launch;
-pub mod ping;
 pub mod process;
-pub mod relay;
-pub mod stabilize;
 
 use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
-use crate::engine::{choose_backend, Backend, EngineError, WaitMode};
+use crate::engine::{choose_backend, Backend, EngineError};
 use crate::proto::Protocol;
-use crate::wire::frame::DEFAULT_MAX_BODY;
-use crate::wire::handshake::{Identity, JobKey};
-use crate::wire::WireMsg;
+use crate::wire::handshake::Identity;
+pub use crate::wire::handshake::{incarnation_now, JobKey};
+use crate::wire::Framed;
 use crate::NodeId;
 use mio::{Poll, Waker};
 use std::collections::HashMap;
@@ -31,7 +27,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Bind a listening socket with the options weft wants (SO_REUSEADDR, big buffers).
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, EngineError> {
@@ -142,23 +138,13 @@ pub struct NodeOptions {
     pub job_id: u64,
     /// The job key (generated for in-process clusters when `None`).
     pub key: Option<JobKey>,
-    /// How reactors wait.
-    pub wait: WaitMode,
     /// `None`: automatic (with a logged note when not io_uring).
     pub backend: Option<Backend>,
     /// Pin reactor `r` to core `r mod cores`.
     pub pin: bool,
-    /// Largest frame body accepted.
-    pub max_body: u32,
     /// Time zero of the protocols' clocks (`None`: each node's start; a [`Cluster`] gives all
     /// its nodes one, so their reported times compare).
     pub epoch: Option<Instant>,
-    /// io_uring receive buffers per reactor: count (a power of two) and size.
-    pub recv_buffers: (u16, u32),
-    /// io_uring submission queue entries per reactor ([`ReactorConfig::ring_entries`]).
-    pub ring_entries: u32,
-    /// io_uring sends of at least this many bytes are zero-copy ([`ReactorConfig::zerocopy_min`]).
-    pub zerocopy_min: usize,
     /// Reactor threads of a [`Cluster`] (`None`: one per online core, thread per core).
     pub reactors: Option<usize>,
     /// Which reactor of a [`Cluster`] hosts node `i`: `placement[i] mod reactors` (`None`, or
@@ -166,77 +152,58 @@ pub struct NodeOptions {
     /// A launcher's rank mapping: nodes that talk most should share a reactor, where a message
     /// is handled on the core that sent it and wakes no other.
     pub placement: Option<Arc<[u32]>>,
-    /// How long a peer's host may stay silent (no answer to TCP keepalive probes, data not
-    /// acknowledged) before the connection fails and the protocol hears `on_suspect`: what
-    /// finds a host that vanished without resetting its connections. `None`: the kernel's
-    /// defaults (hours when idle). See [`DEAD_AFTER`].
-    pub dead_after: Option<Duration>,
-    /// TCP congestion control of every connection (see [`crate::engine::congestion`]: the
-    /// default, CUBIC, or Reno where CUBIC is not allowed; not BBR, whose pacing cost a 1 MiB
-    /// message 3x over loopback). `None`: the system's default.
-    pub congestion: Option<String>,
-    /// How long a connection may take to authenticate, from its accept or the start of its
-    /// dial (connect included), before it is closed: a stranger that says nothing is refused,
-    /// a peer whose port never answers the handshake is suspected. See [`HANDSHAKE_TIMEOUT`].
-    pub handshake_timeout: Duration,
-    /// Most bytes one connection may have waiting to be sent. A send past it closes the
-    /// connection and the peer is suspected: a process that stopped reading (stalled, not
-    /// dead, so its kernel still acknowledges) would otherwise make this node queue for it
-    /// without bound. See [`MAX_QUEUED`].
-    pub max_queued: usize,
-    /// Most accepted connections that may wait for their handshake at once. Past it, the
-    /// one that has waited longest is closed if it has waited a tenth of
-    /// `handshake_timeout`; so is it when no descriptor is free for a new connection. Many
-    /// silent connections thus cannot keep real peers out until their deadline. See
-    /// [`MAX_STRANGERS`].
-    pub max_strangers: usize,
+    /// This process's incarnation as each of its nodes (see
+    /// [`crate::wire::handshake::Identity::incarnation`]; [`NodeOptions::default`] takes the
+    /// start time).
+    pub incarnation: u64,
+    /// What the job runs, compared with every peer's in the handshake: nodes that disagree
+    /// (another size, radix or tree mode) refuse each other, naming both. Empty: nothing to
+    /// compare.
+    pub params: String,
+    /// Authenticate bulk messages (ping-pong payloads) too, not only control messages (see
+    /// `wire::mac`; costs a tag over every payload).
+    pub bulk_mac: bool,
+    /// How the reactors run: waiting, limits, timeouts ([`ReactorOptions`]).
+    pub reactor: ReactorOptions,
 }
 
-/// Default [`NodeOptions::max_strangers`]: far more than dial one node at once in a job's
-/// overlays (O(log N) each), and a burst larger than it is only cut once it has waited.
-pub const MAX_STRANGERS: usize = 256;
+impl NodeOptions {
+    /// Check the settings before any node starts: each wrong one is named.
+    pub fn check(&self) -> Result<(), EngineError> {
+        self.reactor.check()?;
+        if self.params.len() > crate::wire::handshake::MAX_PARAMS {
+            return Err(EngineError::Config(format!(
+                "job parameters of {} bytes: at most {}",
+                self.params.len(),
+                crate::wire::handshake::MAX_PARAMS
+            )));
+        }
+        Ok(())
+    }
+}
 
-/// Default [`NodeOptions::max_queued`]: 16 frames of the largest default body, far above
-/// what a live peer leaves unread (the kernel's socket buffers take megabytes first).
-pub const MAX_QUEUED: usize = 16 * DEFAULT_MAX_BODY as usize;
-
-/// Default [`NodeOptions::handshake_timeout`]: room for a connect's SYN retries (1 s, then
-/// 2 s) and a loaded peer, against strangers that hold a socket without a word.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default [`NodeOptions::dead_after`]. Keepalive costs one bare ACK each way per idle
-/// connection every few seconds, nothing for a busy one; a job's node holds O(log N) of them.
-pub const DEAD_AFTER: Duration = Duration::from_secs(10);
+pub use crate::engine::options::{
+    ReactorOptions, DEAD_AFTER, HANDSHAKE_TIMEOUT, MAX_DEAD_AFTER, MAX_QUEUED, MAX_STRANGERS,
+    ZEROCOPY_MIN,
+};
 
 impl Default for NodeOptions {
     fn default() -> Self {
         Self {
             job_id: 1,
             key: None,
-            wait: WaitMode::Adaptive,
             backend: None,
             pin: true,
-            max_body: DEFAULT_MAX_BODY,
             epoch: None,
-            recv_buffers: (256, 16 * 1024),
-            ring_entries: 256,
-            zerocopy_min: ZEROCOPY_MIN,
             reactors: None,
             placement: None,
-            dead_after: Some(DEAD_AFTER),
-            congestion: Some(crate::engine::congestion::PREFERRED.to_string()),
-            handshake_timeout: HANDSHAKE_TIMEOUT,
-            max_queued: MAX_QUEUED,
-            max_strangers: MAX_STRANGERS,
+            incarnation: crate::wire::handshake::incarnation_now(),
+            params: String::new(),
+            bulk_mac: false,
+            reactor: ReactorOptions::default(),
         }
     }
 }
-
-/// Default [`NodeOptions::zerocopy_min`]: off. Over loopback and veth the kernel copies the
-/// pages anyway when it delivers them locally, so zero-copy only adds pinning and a second
-/// completion: `weft ping --backend uring --zerocopy-min 65536` was 1.8-2.1x slower at 64 KiB
-/// than without. Set it (64 KiB is the usual start) when peers are behind a real NIC.
-pub const ZEROCOPY_MIN: usize = usize::MAX;
 
 /// One node's place in the job.
 #[derive(Debug)]
@@ -272,7 +239,7 @@ fn start_reactor<P>(
 ) -> Result<(ReactorThread, Vec<NodeHandle<P>>), EngineError>
 where
     P: Protocol + Send + 'static,
-    P::Msg: WireMsg,
+    P::Msg: Framed,
 {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -292,26 +259,18 @@ where
             backend,
         });
         let identity = Identity {
-            job_id: opts.job_id,
-            node_id: spec.id,
-            key: spec.key,
+            incarnation: opts.incarnation,
+            params: opts.params.clone(),
+            bulk_mac: opts.bulk_mac,
+            ..Identity::new(opts.job_id, spec.id, spec.key)
         };
         hosts.push((identity, spec.peers, spec.listener, build, retire));
     }
     let cfg = ReactorConfig {
-        wait: opts.wait,
-        max_body: opts.max_body,
+        options: opts.reactor.clone(),
         backend,
         fallback: crate::engine::forced_backend(opts.backend)?.is_none(),
         epoch,
-        recv_buffers: opts.recv_buffers,
-        ring_entries: opts.ring_entries,
-        zerocopy_min: opts.zerocopy_min,
-        dead_after: opts.dead_after,
-        congestion: opts.congestion.clone(),
-        handshake_timeout: opts.handshake_timeout,
-        max_queued: opts.max_queued,
-        max_strangers: opts.max_strangers,
     };
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),
@@ -402,8 +361,9 @@ pub fn spawn<P>(
 ) -> Result<NodeHandle<P>, EngineError>
 where
     P: Protocol + Send + 'static,
-    P::Msg: WireMsg,
+    P::Msg: Framed,
 {
+    opts.check()?;
     let backend = choose_backend(opts.backend)?;
     let core = spec.core;
     let epoch = opts.epoch.unwrap_or_else(Instant::now);
@@ -435,7 +395,7 @@ pub struct Cluster<P> {
 impl<P> Cluster<P>
 where
     P: Protocol + Send + 'static,
-    P::Msg: WireMsg,
+    P::Msg: Framed,
 {
     /// Start `n` nodes; `make(i, ids)` builds node `i`'s protocol, on the reactor thread that
     /// will run it (see `start_reactor`).
@@ -444,6 +404,7 @@ where
         opts: NodeOptions,
         make: impl Fn(usize, &[NodeId]) -> P + Send + Sync + 'static,
     ) -> Result<Self, EngineError> {
+        opts.check()?;
         let backend = choose_backend(opts.backend)?;
         let epoch = opts.epoch.unwrap_or_else(Instant::now);
         let key = match &opts.key {

@@ -64,6 +64,9 @@ pub struct Report {
     /// The epoch (view, stabilized, joined).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
+    /// The epoch's root (view): with the epoch, the view's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<u64>,
     /// The installed view (view).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub view: Option<Vec<u64>>,
@@ -78,8 +81,149 @@ pub struct Report {
     pub mono_ns: u64,
 }
 
+impl Report {
+    /// A line of `kind` for node `node`, stamped now, with nothing else said.
+    pub fn new(node: NodeId, kind: &'static str) -> Self {
+        Self {
+            node: node.0,
+            kind,
+            backend: None,
+            peer: None,
+            epoch: None,
+            root: None,
+            view: None,
+            why: None,
+            count: None,
+            mono_ns: monotonic_ns(),
+        }
+    }
+}
+
+/// Guard this node process's sockets if it will run on io_uring ([`crate::engine::guard`]):
+/// killed, it is then seen dead as soon as over epoll. Call before the node's listener is
+/// bound (sockets open at that moment are taken for inherited ones and left alone).
+/// `WEFT_GUARD=0` leaves them unguarded (the control of the test that measures it). Whether
+/// the guard runs.
+pub fn guard(opts: &NodeOptions) -> Result<bool, EngineError> {
+    let wanted = std::env::var("WEFT_GUARD").map_or(true, |v| v.trim() != "0");
+    if !wanted || crate::engine::choose_backend(opts.backend)? != crate::engine::Backend::Uring {
+        return Ok(false);
+    }
+    crate::engine::guard::guard_sockets()?;
+    Ok(true)
+}
+
+/// End this process when the process that started it ends (a launcher's daemon killed, or
+/// gone without cleaning up): `PR_SET_PDEATHSIG` with SIGTERM, and a parent already gone (this
+/// process adopted by init) counts as gone. A launched node left running alone would hold
+/// its ports and answer its peers forever.
+pub fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number; getppid has no preconditions.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() == 1 {
+            return Err(std::io::Error::other(
+                "started by a process that has already ended",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Run the rest of this process as a child, and in this process only wait for it: when the
+/// child dies (a crash, SIGKILL), this process exits with status 128 + the signal instead of
+/// dying of it. A launcher that ends the whole job when one of its processes dies of a signal
+/// (MPICH's Hydra, even with `-disable-auto-cleanup`) then keeps the others running: the node
+/// crashed, its process ended with an error. Call before any thread or socket exists. Returns
+/// in the child; the supervising process never returns.
+pub fn supervise() -> std::io::Result<()> {
+    // SAFETY: called while the process has one thread; the child continues as this program.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if child == 0 {
+        // The node ends with its supervisor (the launcher's SIGTERM goes to the supervisor).
+        return die_with_parent();
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(child, &mut status, 0) };
+        if r == child {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            std::process::exit(70);
+        }
+    }
+    let code = if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        libc::WEXITSTATUS(status)
+    };
+    std::process::exit(code)
+}
+
+/// The report line of node `id`'s event `e`; `epoch_ns` is the `CLOCK_MONOTONIC` time of its
+/// protocol clock's zero. `None` for events that have no line.
+pub fn report_of(id: NodeId, epoch_ns: u64, e: NodeEvent) -> Option<Report> {
+    let base = |kind| Report::new(id, kind);
+    Some(match e {
+        NodeEvent::Authenticated(peer) => Report {
+            peer: Some(peer.0),
+            ..base("authenticated")
+        },
+        NodeEvent::Suspect(peer) => Report {
+            peer: Some(peer.0),
+            ..base("suspect")
+        },
+        NodeEvent::Refused(why) => Report {
+            why: Some(why.to_string()),
+            ..base("refused")
+        },
+        NodeEvent::RefusedMore { count, last } => Report {
+            why: Some(last.to_string()),
+            count: Some(count),
+            ..base("refused")
+        },
+        NodeEvent::Protocol(Event::Member(m)) => match m {
+            MemberEvent::Detected { peer, at } => Report {
+                peer: Some(peer.0),
+                mono_ns: epoch_ns + at.0,
+                ..base("detected")
+            },
+            MemberEvent::ViewChanged {
+                epoch,
+                root,
+                view,
+                at,
+            } => Report {
+                epoch: Some(epoch),
+                root: Some(root.0),
+                view: Some(view.iter().map(|i| i.0).collect()),
+                mono_ns: epoch_ns + at.0,
+                ..base("view")
+            },
+            MemberEvent::Stabilized { epoch, at } => Report {
+                epoch: Some(epoch),
+                mono_ns: epoch_ns + at.0,
+                ..base("stabilized")
+            },
+            MemberEvent::Joined { epoch, at } => Report {
+                epoch: Some(epoch),
+                mono_ns: epoch_ns + at.0,
+                ..base("joined")
+            },
+        },
+        NodeEvent::Protocol(_) => return None,
+    })
+}
+
 /// Run the node until `report` returns `false` (or forever: a node process normally ends by
-/// being killed).
+/// being killed). Start the [`guard`] first.
 pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<(), EngineError> {
     let epoch = Instant::now();
     let epoch_ns = monotonic_ns();
@@ -91,6 +235,7 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
     };
     let opts = NodeOptions {
         epoch: Some(epoch),
+        params: p.membership.params(p.members.len()),
         ..p.opts
     };
     let (tx, rx) = std::sync::mpsc::channel();
@@ -102,67 +247,16 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
         core: None,
     };
     let mut node = spawn(spec, &opts, proto, tx)?;
-    let base = |kind| Report {
-        node: p.id.0,
-        kind,
-        backend: None,
-        peer: None,
-        epoch: None,
-        view: None,
-        why: None,
-        count: None,
-        mono_ns: monotonic_ns(),
-    };
     let started = Report {
         backend: Some(node.backend.to_string()),
-        ..base("started")
+        ..Report::new(p.id, "started")
     };
     if !report(&started) {
         return node.stop().map(drop);
     }
     while let Ok((_, e)) = rx.recv() {
-        let r = match e {
-            NodeEvent::Authenticated(peer) => Report {
-                peer: Some(peer.0),
-                ..base("authenticated")
-            },
-            NodeEvent::Suspect(peer) => Report {
-                peer: Some(peer.0),
-                ..base("suspect")
-            },
-            NodeEvent::Refused(why) => Report {
-                why: Some(why),
-                ..base("refused")
-            },
-            NodeEvent::RefusedMore { count, last } => Report {
-                why: Some(last),
-                count: Some(count),
-                ..base("refused")
-            },
-            NodeEvent::Protocol(Event::Member(m)) => match m {
-                MemberEvent::Detected { peer, at } => Report {
-                    peer: Some(peer.0),
-                    mono_ns: epoch_ns + at.0,
-                    ..base("detected")
-                },
-                MemberEvent::ViewChanged { epoch, view, at } => Report {
-                    epoch: Some(epoch),
-                    view: Some(view.iter().map(|i| i.0).collect()),
-                    mono_ns: epoch_ns + at.0,
-                    ..base("view")
-                },
-                MemberEvent::Stabilized { epoch, at } => Report {
-                    epoch: Some(epoch),
-                    mono_ns: epoch_ns + at.0,
-                    ..base("stabilized")
-                },
-                MemberEvent::Joined { epoch, at } => Report {
-                    epoch: Some(epoch),
-                    mono_ns: epoch_ns + at.0,
-                    ..base("joined")
-                },
-            },
-            NodeEvent::Protocol(_) => continue,
+        let Some(r) = report_of(p.id, epoch_ns, e) else {
+            continue;
         };
         if !report(&r) {
             break;

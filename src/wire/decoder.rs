@@ -1,7 +1,8 @@
 //! Cutting a byte stream into checked frames, in place.
 //!
-//! Bytes land in a page-aligned buffer, either copied in ([`FrameDecoder::push`]) or read
-//! straight from a socket into it ([`FrameDecoder::read_from`]). [`FrameDecoder::next_frame`]
+//! Bytes land in a page-aligned buffer, either copied in ([`FrameDecoder::push`]) or written
+//! straight into its spare room by whoever reads the socket ([`FrameDecoder::receive`]: the
+//! engine; the wire makes no system call). [`FrameDecoder::next_frame`]
 //! returns a [`Frame`]: a handle on the buffer plus where the body lies in it, so the caller
 //! validates and reads the body where it sits (rkyv `access`) and can keep parts of it
 //! ([`Frame::share`]) without copying. Because frames are multiples of 16 bytes and the buffer
@@ -10,16 +11,16 @@
 //! The buffer is reference counted. While some frame's payload is still held elsewhere the
 //! decoder moves on to a fresh buffer, taking only the unread bytes (a partial frame) along.
 
-use super::frame::{FrameHeader, Kind, DEFAULT_MAX_BODY, HEADER_LEN};
-use super::payload::{offset_within, Payload, SHARE_MIN};
+use super::frame::{FrameHeader, Kind, DEFAULT_MAX_BODY, HEADER_LEN, MAC_LEN};
 use super::WireError;
+use crate::buf::{offset_within, Payload, ReceiveBuffer, SHARE_MIN};
 use rkyv::util::AlignedVec;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::Arc;
 
-/// The decoder's receive buffer, shared with the frames cut from it and the payloads they
-/// hand out ([`Frame::share`]).
-pub(crate) type ReceiveBuffer = Arc<AlignedVec<PAGE>>;
+pub use crate::buf::PAGE;
+
 type Buf = ReceiveBuffer;
 
 /// The receive buffer starts on a page, and so does every frame that finds the buffer empty
@@ -27,8 +28,8 @@ type Buf = ReceiveBuffer;
 /// from offset 0, and on AMD Zen the copy out to user space (`rep movsb`) runs at a half to an
 /// eighth of its speed when the destination is 8..24 bytes ahead of the source modulo 4 KiB
 /// (4K aliasing). A frame 16 bytes into an allocation, where glibc puts a large `malloc`, is
-/// exactly that. See `bluegene_notes/engine-latency.md`.
-pub const PAGE: usize = 4096;
+/// exactly that. See `bluegene_notes/engine-latency.md` (`#receive-buffers-start-on-a-page`).
+const _PAGE_IS_THE_BUFFERS_ALIGNMENT: () = assert!(PAGE == 4096);
 
 /// Least room a read offers when no large frame is pending: what a burst of small messages
 /// needs, kept small because a job holds thousands of connections (a large frame in progress
@@ -52,6 +53,9 @@ pub struct FrameDecoder {
     /// Start of the unread bytes (always a multiple of 16).
     read: usize,
     max_body: u32,
+    /// Padding frames are skipped; before the handshake they are refused (a stranger has no
+    /// business padding, and skipping them let one stream bytes a node read without end).
+    pads: bool,
     /// Once an error is seen the stream is out of sync for good.
     failed: bool,
 }
@@ -61,14 +65,28 @@ pub struct FrameDecoder {
 pub struct Frame {
     /// What the body is.
     pub kind: Kind,
+    /// The protocol of a message frame (0 for other kinds).
+    pub tag: u8,
     buf: Buf,
     body: Range<usize>,
+    /// Where the frame's MAC lies in the buffer, if it carries one.
+    mac: Option<usize>,
 }
 
 impl Frame {
     /// The body, 16-byte aligned.
     pub fn body(&self) -> &[u8] {
         &self.buf[self.body.clone()]
+    }
+
+    /// The frame's MAC, if its header says it carries one.
+    pub fn mac(&self) -> Option<&[u8]> {
+        self.mac.map(|at| &self.buf[at..at + MAC_LEN])
+    }
+
+    /// What the MAC covers: the header and the body, in order ([`super::mac`]).
+    pub fn authenticated_parts(&self) -> [&[u8]; 1] {
+        [&self.buf[self.body.start - HEADER_LEN..self.body.end]]
     }
 
     /// `sub`, a part of [`Self::body`], as a payload that outlives the frame: shared with the
@@ -118,14 +136,34 @@ impl FrameDecoder {
             spare: None,
             read: 0,
             max_body,
+            pads: false,
             failed: false,
         }
     }
 
-    /// Refuse bodies larger than `max_body` from the next frame on (a connection's limit
-    /// rises once it has authenticated).
-    pub fn set_max_body(&mut self, max_body: u32) {
+    /// The peer has authenticated: bodies up to `max_body` from the next frame on (the limit
+    /// of a stranger's is a handshake frame's), and padding frames are skipped.
+    pub fn authenticated(&mut self, max_body: u32) {
         self.max_body = max_body;
+        self.pads = true;
+    }
+
+    /// Let go of the buffer's memory if nothing is buffered (a connection gone quiet after
+    /// large frames): the next bytes take a fresh, small buffer. Whether memory was freed.
+    pub fn shrink(&mut self) -> bool {
+        let big = self.buf.capacity() > READ_CHUNK || self.spare.is_some();
+        if self.buffered() > 0 || !big {
+            return false;
+        }
+        self.buf = Arc::new(AlignedVec::new());
+        self.spare = None;
+        self.read = 0;
+        true
+    }
+
+    /// Bytes of memory the decoder holds (its buffer and spare), shared or not.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity() + self.spare.as_ref().map_or(0, |s| s.capacity())
     }
 
     /// The buffer, ready to take `more` bytes at its end: ours alone (a fresh one holding the
@@ -205,29 +243,38 @@ impl FrameDecoder {
         self.writable(bytes.len()).extend_from_slice(bytes);
     }
 
-    /// Receive once from socket `fd` straight into the buffer: as much as the frame in
-    /// progress still needs, at least `READ_CHUNK`, and all the room the buffer has beyond
-    /// that. Returns the bytes read (0: end of stream) and whether that was less than asked
-    /// for, i.e. the socket is drained for now.
+    /// Receive once straight into the buffer: `fill` is offered room for as much as the frame
+    /// in progress still needs, at least `READ_CHUNK`, and all the room the buffer has beyond
+    /// that, but never more than `at_most` bytes; it returns how many bytes it wrote (or its
+    /// error). Returns the bytes received (0: end of stream) and whether that was less than
+    /// offered, i.e. the source is drained for now.
     ///
     /// The room matters for frames above `READ_CHUNK`: their header is not known before the
     /// read, so asking only for the chunk took two receives per frame (16 and 32 KiB ping-pong:
     /// 1.20x the std peer's one-way p50, against 1.04-1.09x with one receive).
     ///
-    /// `recv`, not `read`: it goes to the socket without the file layer's checks, about 100 ns
-    /// less per call here (an empty receive: 440 ns against 550 ns), and a spinning reactor
-    /// makes this call on every turn.
-    pub fn read_from(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<(usize, bool)> {
-        let buf = self.writable(self.missing().max(READ_CHUNK));
+    /// # Safety
+    /// `fill` must have initialized the first `n` bytes of the room when it returns `Ok(n)`
+    /// (a `recv` into it does).
+    pub unsafe fn receive(
+        &mut self,
+        at_most: usize,
+        fill: impl FnOnce(&mut [MaybeUninit<u8>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<(usize, bool)> {
+        let buf = self.writable(self.missing().max(READ_CHUNK).min(at_most));
         let len = buf.len();
-        let want = buf.capacity() - len;
-        // SAFETY: the buffer's capacity ends `want` bytes past `len`; `recv` writes at most
-        // that many, and only the `n` it reports as written are then counted as initialized.
-        unsafe {
-            let n = crate::sys::result(crate::sys::recv(fd, buf.as_mut_ptr().add(len), want))?;
-            buf.set_len(len + n);
-            Ok((n, n < want))
-        }
+        let want = (buf.capacity() - len).min(at_most);
+        // SAFETY: the buffer's capacity ends at least `want` bytes past `len`.
+        let room = unsafe {
+            std::slice::from_raw_parts_mut(
+                buf.as_mut_ptr().add(len).cast::<MaybeUninit<u8>>(),
+                want,
+            )
+        };
+        let n = fill(room)?.min(want);
+        // SAFETY: `fill` initialized the `n` bytes it reports (per the caller), inside the room.
+        unsafe { buf.set_len(len + n) };
+        Ok((n, n < want))
     }
 
     /// Lend the kernel the room for the rest of the frame in progress (`None` if no frame is
@@ -304,13 +351,20 @@ impl FrameDecoder {
             if rest.len() < header.frame_len() {
                 return Ok(None);
             }
+            if header.kind == Kind::Pad && !self.pads {
+                self.failed = true;
+                return Err(WireError::PadBeforeAuth);
+            }
             let start = self.read + HEADER_LEN;
-            self.read += header.frame_len();
+            let frame_end = self.read + header.frame_len();
+            self.read = frame_end;
             if header.kind != Kind::Pad {
                 return Ok(Some(Frame {
                     kind: header.kind,
+                    tag: header.tag,
                     buf: self.buf.clone(),
                     body: start..start + header.body_len as usize,
+                    mac: header.mac.then_some(frame_end - MAC_LEN),
                 }));
             }
         }
@@ -320,42 +374,65 @@ impl FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{ArchivedMsg, Msg};
+    use crate::proto::bmg::BmgMsg;
+    use crate::proto::overlay::OverlayMsg;
+    use crate::proto::ping::PingMsg;
+    use crate::wire::{write_frame, Framed};
+    use crate::NodeId;
 
-    fn frames(msgs: &[Msg]) -> Vec<u8> {
+    pub(crate) fn frames<M: Framed>(msgs: &[M]) -> Vec<u8> {
         let mut out = Vec::new();
         for m in msgs {
-            m.write_frame(&mut out).unwrap();
+            write_frame(m, &mut out).unwrap();
         }
         out
+    }
+
+    fn ping(seq: u64, payload: Vec<u8>) -> PingMsg {
+        PingMsg::Ping {
+            seq,
+            payload: payload.into(),
+        }
+    }
+
+    fn up(ident: u64, hop: u8) -> OverlayMsg {
+        BmgMsg::Up {
+            ident: NodeId(ident),
+            hop,
+        }
+        .into()
+    }
+
+    /// A decoder of an authenticated connection (padding allowed).
+    fn open_decoder() -> FrameDecoder {
+        let mut d = FrameDecoder::default();
+        d.authenticated(DEFAULT_MAX_BODY);
+        d
     }
 
     #[test]
     fn byte_by_byte_stream_yields_every_message_in_place() {
         let msgs = vec![
-            Msg::Ping {
-                seq: 7,
-                payload: vec![1; 33].into(),
-            },
-            Msg::Up { ident: 5, hop: 3 },
-            Msg::Data {
-                payload: Default::default(),
-            },
-            Msg::BConnect { id: 9 },
+            up(5, 3),
+            crate::proto::ring::RingMsg::BConnect(NodeId(9)).into(),
+            up(1, 0),
         ];
-        let stream = frames(&msgs);
+        let mut stream = frames(&[ping(7, vec![1; 33]), ping(8, vec![])]);
+        stream.extend_from_slice(&frames(&msgs));
         let mut d = FrameDecoder::default();
-        let mut got = Vec::new();
+        let (mut pings, mut got) = (Vec::new(), Vec::new());
         for b in &stream {
             d.push(std::slice::from_ref(b));
             while let Some(f) = d.next_frame().unwrap() {
                 assert_eq!(f.kind, Kind::Msg);
-                let bytes = f.body();
-                assert_eq!(bytes.as_ptr() as usize % 16, 0, "body aligned in place");
-                let archived: &ArchivedMsg = Msg::access(bytes).unwrap();
-                got.push(rkyv::deserialize::<Msg, rkyv::rancor::BoxedError>(archived).unwrap());
+                assert_eq!(f.body().as_ptr() as usize % 16, 0, "body aligned in place");
+                match f.tag {
+                    1 => pings.push(PingMsg::read(&f).unwrap()),
+                    _ => got.push(OverlayMsg::read(&f).unwrap()),
+                }
             }
         }
+        assert_eq!(pings, [ping(7, vec![1; 33]), ping(8, vec![])]);
         assert_eq!(got, msgs);
         assert_eq!(d.buffered(), 0);
     }
@@ -365,20 +442,21 @@ mod tests {
     fn padding_frames_are_skipped() {
         let mut stream = Vec::new();
         for _ in 0..200_000 {
-            stream.extend_from_slice(&FrameHeader::encode(Kind::Pad, 0));
+            stream.extend_from_slice(&FrameHeader::encode(Kind::Pad, 0, false, 0));
         }
         write_frame_pad(&mut stream, 40);
-        let msg = Msg::Up { ident: 3, hop: 1 };
-        msg.write_frame(&mut stream).unwrap();
-        let mut d = FrameDecoder::default();
+        let msg = up(3, 1);
+        stream.extend_from_slice(&frames(&[msg]));
+        let mut d = open_decoder();
         d.push(&stream);
         let f = d.next_frame().unwrap().unwrap();
-        let got: Msg =
-            rkyv::deserialize::<Msg, rkyv::rancor::BoxedError>(Msg::access(f.body()).unwrap())
-                .unwrap();
-        assert_eq!(got, msg);
+        assert_eq!(OverlayMsg::read(&f).unwrap(), msg);
         assert!(d.next_frame().unwrap().is_none());
         assert_eq!(d.buffered(), 0);
+        // Before the handshake, padding is a refusal.
+        let mut d = FrameDecoder::new(1024);
+        d.push(&stream[..64]);
+        assert_eq!(d.next_frame(), Err(WireError::PadBeforeAuth));
     }
 
     fn write_frame_pad(out: &mut Vec<u8>, body: u32) {
@@ -392,10 +470,7 @@ mod tests {
     fn frames_that_find_the_decoder_empty_start_on_a_page() {
         let start = |f: &Frame| (f.body().as_ptr() as usize - HEADER_LEN) % PAGE;
         for size in [40usize, 5000, 300_000] {
-            let one = frames(&[Msg::Ping {
-                seq: 1,
-                payload: vec![3; size].into(),
-            }]);
+            let one = frames(&[ping(1, vec![3; size])]);
             let mut d = FrameDecoder::default();
             let mut held = Vec::new();
             for round in 0..4 {
@@ -415,12 +490,7 @@ mod tests {
     /// copied.
     #[test]
     fn a_large_buffer_is_reused_once_its_frames_are_gone() {
-        let big = frames(&[Msg::Data {
-            payload: (0..300_000u32)
-                .map(|i| (i % 253) as u8)
-                .collect::<Vec<_>>()
-                .into(),
-        }]);
+        let big = frames(&[ping(0, (0..300_000u32).map(|i| (i % 253) as u8).collect())]);
         for released in [true, false] {
             let mut d = FrameDecoder::default();
             d.push(&big);
@@ -452,34 +522,19 @@ mod tests {
 
     #[test]
     fn large_payloads_are_shared_with_the_receive_buffer() {
-        use crate::proto::ping::PingMsg;
-        use crate::wire::WireMsg;
         let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        let stream = frames(&[
-            Msg::Ping {
-                seq: 1,
-                payload: big.clone().into(),
-            },
-            Msg::Ping {
-                seq: 2,
-                payload: vec![9; 10].into(),
-            },
-        ]);
+        let stream = frames(&[ping(1, big.clone()), ping(2, vec![9; 10])]);
         let mut d = FrameDecoder::default();
         d.push(&stream);
         let f = d.next_frame().unwrap().unwrap();
-        let Some(PingMsg::Ping { payload, .. }) =
-            PingMsg::from_wire(Msg::access(f.body()).unwrap(), &f)
-        else {
+        let Ok(PingMsg::Ping { payload, .. }) = PingMsg::read(&f) else {
             panic!("not a ping")
         };
         let body = f.body().as_ptr_range();
         assert!(body.contains(&payload.as_ptr()), "shared, not copied");
         drop(f);
         let f = d.next_frame().unwrap().unwrap();
-        let Some(PingMsg::Ping { payload: small, .. }) =
-            PingMsg::from_wire(Msg::access(f.body()).unwrap(), &f)
-        else {
+        let Ok(PingMsg::Ping { payload: small, .. }) = PingMsg::read(&f) else {
             panic!("not a ping")
         };
         assert!(
@@ -496,113 +551,20 @@ mod tests {
         assert_eq!(&small[..], &[9; 10]);
     }
 
-    /// `read_from` reads a socket straight into the buffer, a large frame in as few reads as
-    /// the socket allows, and says when the socket is drained.
-    #[test]
-    fn reads_straight_from_a_socket() {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        b.set_nonblocking(true).unwrap();
-        let stream = frames(&[Msg::Data {
-            payload: vec![5; 300_000].into(),
-        }]);
-        let writer = std::thread::spawn(move || a.write_all(&stream).map(|()| (a, stream.len())));
-        let mut d = FrameDecoder::default();
-        let mut got = None;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while got.is_none() && std::time::Instant::now() < deadline {
-            match d.read_from(b.as_raw_fd()) {
-                Ok((0, _)) => break,
-                Ok(_) => got = d.next_frame().unwrap(),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
-                Err(e) => panic!("{e}"),
-            }
-        }
-        let (_a, sent) = writer.join().unwrap().unwrap();
-        let f = got.expect("the whole frame arrived");
-        assert_eq!(16 + crate::wire::frame::padded(f.body().len()), sent);
-        let Ok(ArchivedMsg::Data { payload }) = Msg::access(f.body()) else {
-            panic!("not data")
-        };
-        assert!(payload.iter().all(|&x| x == 5) && payload.len() == 300_000);
-        assert!(
-            matches!(d.read_from(b.as_raw_fd()), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-        );
-    }
-
-    /// A read offers all the room the buffer has: once a frame larger than `READ_CHUNK` has
-    /// grown the buffer, the next such frame (whose header no read has seen yet) comes in
-    /// one receive, not a chunk and then the rest.
-    #[test]
-    fn a_grown_buffer_takes_a_large_frame_in_one_receive() {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        b.set_nonblocking(true).unwrap();
-        let stream = frames(&[Msg::Data {
-            payload: vec![7; 2 * READ_CHUNK + 100].into(),
-        }]);
-        let mut d = FrameDecoder::default();
-        let mut receives = Vec::new();
-        for _ in 0..3 {
-            a.write_all(&stream).unwrap();
-            let mut n = 0;
-            let frame = loop {
-                match d.read_from(b.as_raw_fd()) {
-                    Ok((0, _)) => panic!("end of stream"),
-                    Ok(_) => n += 1,
-                    Err(e) => panic!("the frame was written whole before reading: {e}"),
-                }
-                if let Some(f) = d.next_frame().unwrap() {
-                    break f;
-                }
-            };
-            assert_eq!(
-                16 + crate::wire::frame::padded(frame.body().len()),
-                stream.len()
-            );
-            receives.push(n);
-        }
-        assert!(
-            receives[0] > 1,
-            "a fresh buffer has only READ_CHUNK of room: {receives:?}"
-        );
-        assert_eq!(&receives[1..], &[1, 1]);
-    }
-
     /// A loan receives the rest of a large frame in place, even while an earlier frame's
     /// payload still shares the buffer; a loan overrun is refused.
     #[test]
     fn a_loan_takes_the_rest_of_a_frame_in_place() {
-        use crate::proto::ping::PingMsg;
-        use crate::wire::WireMsg;
         let held_bytes = vec![1u8; 10_000];
         let big: Vec<u8> = (0..200_000u32).map(|i| (i % 249) as u8).collect();
-        let stream = frames(&[
-            Msg::Data {
-                payload: held_bytes.clone().into(),
-            },
-            Msg::Ping {
-                seq: 5,
-                payload: big.clone().into(),
-            },
-        ]);
-        let first = 16
-            + crate::wire::frame::padded(
-                rkyv::to_bytes::<rkyv::rancor::BoxedError>(&Msg::Data {
-                    payload: held_bytes.clone().into(),
-                })
-                .unwrap()
-                .len(),
-            );
+        let stream = frames(&[ping(0, held_bytes.clone()), ping(5, big.clone())]);
+        let first = frames(&[ping(0, held_bytes.clone())]).len();
         let mut d = FrameDecoder::default();
         d.push(&stream[..first + 1000]);
         let f = d.next_frame().unwrap().unwrap();
-        let Ok(ArchivedMsg::Data { payload }) = Msg::access(f.body()) else {
-            panic!("not data")
+        let Ok(PingMsg::Ping { payload: held, .. }) = PingMsg::read(&f) else {
+            panic!("not the first ping")
         };
-        let held = f.share(payload.as_slice());
         drop(f);
         assert!(d.missing() > 190_000);
         let lent = d.lend().expect("a frame is in progress");
@@ -614,9 +576,7 @@ mod tests {
         // SAFETY: `rest.len()` bytes were written at the loan's start.
         unsafe { d.commit(lent, rest.len()) }.unwrap();
         let f = d.next_frame().unwrap().expect("the whole ping");
-        let Some(PingMsg::Ping { seq: 5, payload }) =
-            PingMsg::from_wire(Msg::access(f.body()).unwrap(), &f)
-        else {
+        let Ok(PingMsg::Ping { seq: 5, payload }) = PingMsg::read(&f) else {
             panic!("not the ping")
         };
         assert_eq!(&payload[..], &big[..]);
@@ -644,60 +604,22 @@ mod tests {
         assert_eq!(d.next_frame(), Err(WireError::Poisoned));
         // Oversized length: refused from the header alone, before the body arrives.
         let mut d = FrameDecoder::new(64);
-        let mut f = Vec::new();
-        crate::wire::frame::FrameHeader::write(Kind::Msg, 1 << 30, &mut f);
-        d.push(&f);
+        d.push(&FrameHeader::encode(Kind::Msg, 1, false, 1 << 30));
         assert!(matches!(d.next_frame(), Err(WireError::TooLarge { .. })));
         // Truncated: no frame until the rest arrives.
-        let stream = frames(&[Msg::Data {
-            payload: vec![3; 100].into(),
-        }]);
+        let stream = frames(&[ping(0, vec![3; 100])]);
         let mut d = FrameDecoder::default();
         d.push(&stream[..stream.len() - 1]);
         assert_eq!(d.next_frame(), Ok(None));
         d.push(&stream[stream.len() - 1..]);
         assert!(d.next_frame().unwrap().is_some());
         // A well-framed body that is not a valid archive: a validation error, no panic.
-        let mut junk = Vec::new();
-        crate::wire::frame::write_frame(Kind::Msg, &[0xff; 40], &mut junk).unwrap();
+        let mut junk = FrameHeader::encode(Kind::Msg, 1, false, 40).to_vec();
+        junk.extend_from_slice(&[0xff; 48]);
         let mut d = FrameDecoder::default();
         d.push(&junk);
         let f = d.next_frame().unwrap().unwrap();
-        assert!(matches!(
-            Msg::access(f.body()),
-            Err(WireError::Malformed(_))
-        ));
-    }
-
-    #[test]
-    fn overlay_messages_round_trip() {
-        use crate::proto::bmg::BmgMsg;
-        use crate::proto::overlay::OverlayMsg;
-        use crate::proto::ring::RingMsg;
-        use crate::NodeId;
-        let all: Vec<OverlayMsg> = vec![
-            RingMsg::FConnect(NodeId(1)).into(),
-            RingMsg::Info(NodeId(2)).into(),
-            RingMsg::AskConnect(NodeId(3)).into(),
-            RingMsg::BConnect(NodeId(4)).into(),
-            BmgMsg::Up {
-                ident: NodeId(5),
-                hop: 6,
-            }
-            .into(),
-            BmgMsg::Dn {
-                ident: NodeId(7),
-                hop: 8,
-            }
-            .into(),
-        ];
-        let stream = frames(&all.iter().map(|&m| Msg::from(m)).collect::<Vec<_>>());
-        let mut d = FrameDecoder::default();
-        d.push(&stream);
-        for want in all {
-            let f = d.next_frame().unwrap().unwrap();
-            assert_eq!(Msg::access(f.body()).unwrap().to_overlay(), Some(want));
-        }
+        assert!(matches!(PingMsg::read(&f), Err(WireError::Malformed(_))));
     }
 }
 
@@ -710,37 +632,39 @@ mod seeds {
     /// (`WEFT_WRITE_FUZZ_SEEDS=$PWD/fuzz/seeds/frame cargo test --lib fuzz_seeds`).
     #[test]
     fn fuzz_seeds_are_valid_frames() {
+        use crate::proto::ping::PingMsg;
         use crate::wire::handshake::{Handshake, Identity, JobKey, Role};
-        use crate::wire::Msg;
+        use crate::wire::write_frame;
         let mut seeds: Vec<Vec<u8>> = Vec::new();
         for m in [
-            Msg::Ping {
+            PingMsg::Ping {
                 seq: 1,
                 payload: vec![7; 32].into(),
             },
-            Msg::Pong {
+            PingMsg::Pong {
                 seq: 1,
                 payload: Default::default(),
             },
-            Msg::Data {
-                payload: b"hello".to_vec().into(),
-            },
             // Large enough to be shared with the receive buffer, not copied.
-            Msg::Data {
-                payload: vec![5; crate::wire::payload::SHARE_MIN].into(),
+            PingMsg::Ping {
+                seq: 2,
+                payload: vec![5; crate::buf::SHARE_MIN].into(),
             },
-            Msg::FConnect { id: 3 },
-            Msg::Up { ident: 4, hop: 2 },
         ] {
             let mut f = Vec::new();
-            m.write_frame(&mut f).unwrap();
+            write_frame(&m, &mut f).unwrap();
             seeds.push(f);
         }
-        let me = Identity {
-            job_id: 7,
-            node_id: crate::NodeId(5),
-            key: JobKey::from_bytes([9; 32]),
-        };
+        let mut f = Vec::new();
+        write_frame(
+            &crate::proto::overlay::OverlayMsg::Ring(crate::proto::ring::RingMsg::FConnect(
+                crate::NodeId(3),
+            )),
+            &mut f,
+        )
+        .unwrap();
+        seeds.push(f);
+        let me = Identity::new(7, crate::NodeId(5), JobKey::from_bytes([9; 32]));
         let mut hello = Vec::new();
         Handshake::with_nonce(Role::Initiator, me, None, [1; 32], &mut hello).unwrap();
         seeds.push(hello);
@@ -755,6 +679,7 @@ mod seeds {
         crate::wire::frame::write_frame(crate::wire::Kind::Pad, &[0; 32], &mut padded).unwrap();
         padded.extend_from_slice(&seeds[0]);
         let mut d = FrameDecoder::default();
+        d.authenticated(crate::wire::frame::DEFAULT_MAX_BODY);
         d.push(&padded);
         let f = d.next_frame().unwrap().expect("the message");
         assert_eq!(f.body(), &seeds[0][16..16 + f.body().len()]);

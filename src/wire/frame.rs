@@ -1,29 +1,38 @@
-//! Frames on a byte stream: a fixed 16-byte header, then an rkyv body padded to 16 bytes.
+//! Frames on a byte stream: a fixed 16-byte header, then an rkyv body padded to 16 bytes, then,
+//! on an authenticated connection, a 16-byte MAC.
 //!
 //! ```text
 //! offset size field
 //!      0    4 magic "WEFT"
-//!      4    1 version (1)
-//!      5    1 kind: 1 = protocol message (`Msg`), 2 = `Hello`, 3 = `Auth` (handshake),
+//!      4    1 version (3)
+//!      5    1 kind: 1 = protocol message, 2 = `Hello`, 3 = `Auth` (handshake),
 //!             4 = padding (skipped by the receiver)
-//!      6    2 zero
+//!      6    1 protocol tag of a message frame (`proto::Message::TAG`), 0 for other kinds
+//!      7    1 flags: bit 0 = a MAC follows the padded body; the other bits are zero
 //!      8    4 body length B (u32 little endian, <= the receiver's maximum)
 //!     12    4 zero
 //!     16    B body: an rkyv 0.8 archive
 //!   16+B      zero padding to a multiple of 16
+//!   16+P   16 MAC (bit 0 of the flags): AES-256-GMAC, see `mac`
 //! ```
 //!
 //! Every frame is a multiple of 16 bytes long, so frames laid back to back in a 16-aligned
 //! receive buffer all have 16-aligned bodies, which rkyv reads in place (no copy). The
 //! smoltcp discipline: [`FrameHeader::parse`] checks everything before anything is used; a bad
-//! magic, version, kind, reserved field or length is a [`WireError`] for that connection.
+//! magic, version, kind, tag, flag, reserved field or length is a [`WireError`] for that
+//! connection.
 
 use super::WireError;
 
 /// Frame magic.
 pub const MAGIC: [u8; 4] = *b"WEFT";
-/// Wire protocol version.
-pub const VERSION: u8 = 1;
+/// Wire protocol version: 3 since frames carry their protocol's tag and a MAC flag (version 1
+/// had one message enum for every protocol and no MAC).
+pub const VERSION: u8 = 3;
+/// Bytes of a frame's MAC.
+pub const MAC_LEN: usize = 16;
+/// Flag bit: a MAC follows the padded body.
+pub const FLAG_MAC: u8 = 1;
 /// Header bytes.
 pub const HEADER_LEN: usize = 16;
 /// Default largest body a receiver accepts (16 MiB).
@@ -32,14 +41,15 @@ pub const DEFAULT_MAX_BODY: u32 = 16 << 20;
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// A protocol message ([`super::Msg`]).
+    /// A protocol message (`proto::Message`, its protocol in the tag byte).
     Msg = 1,
     /// Handshake: who I am.
     Hello = 2,
     /// Handshake: proof of the job key.
     Auth = 3,
     /// Padding, skipped by the receiver's decoder: moves the next frame's bytes within the
-    /// sender's kernel pages (see [`super::sendq`]). Peers send it from handshake version 2.
+    /// sender's kernel pages (see [`super::sendq`]). Only after the handshake: a stranger has
+    /// no business padding.
     Pad = 4,
 }
 
@@ -60,6 +70,10 @@ impl Kind {
 pub struct FrameHeader {
     /// What the body is.
     pub kind: Kind,
+    /// The protocol of a message frame (0 for the other kinds).
+    pub tag: u8,
+    /// A MAC follows the padded body.
+    pub mac: bool,
     /// Body bytes (without padding).
     pub body_len: u32,
 }
@@ -82,7 +96,13 @@ impl FrameHeader {
             return Err(WireError::BadVersion(h[4]));
         }
         let kind = Kind::from_u8(h[5]).ok_or(WireError::BadKind(h[5]))?;
-        if h[6..8] != [0, 0] || h[12..16] != [0, 0, 0, 0] {
+        let (tag, flags) = (h[6], h[7]);
+        if flags & !FLAG_MAC != 0 || h[12..16] != [0, 0, 0, 0] {
+            return Err(WireError::Reserved);
+        }
+        // Only a message names a protocol; only a message is authenticated frame by frame
+        // (the handshake authenticates itself, padding carries nothing).
+        if (kind == Kind::Msg) != (tag != 0) || (kind != Kind::Msg && flags != 0) {
             return Err(WireError::Reserved);
         }
         let body_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
@@ -92,31 +112,35 @@ impl FrameHeader {
                 max: max_body,
             });
         }
-        Ok(Some(FrameHeader { kind, body_len }))
+        Ok(Some(FrameHeader {
+            kind,
+            tag,
+            mac: flags & FLAG_MAC != 0,
+            body_len,
+        }))
     }
 
-    /// Bytes of the whole frame, padding included.
+    /// Bytes of the whole frame, padding and MAC included.
     pub fn frame_len(&self) -> usize {
-        HEADER_LEN + padded(self.body_len as usize)
+        HEADER_LEN + padded(self.body_len as usize) + if self.mac { MAC_LEN } else { 0 }
     }
 
-    /// The header for a body of `body_len` bytes.
-    pub fn encode(kind: Kind, body_len: u32) -> [u8; HEADER_LEN] {
+    /// The header of a frame of `kind` (a message: of protocol `tag`, with a MAC if `mac`)
+    /// and a body of `body_len` bytes.
+    pub fn encode(kind: Kind, tag: u8, mac: bool, body_len: u32) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
         h[..4].copy_from_slice(&MAGIC);
         h[4] = VERSION;
         h[5] = kind as u8;
+        h[6] = tag;
+        h[7] = if mac { FLAG_MAC } else { 0 };
         h[8..12].copy_from_slice(&body_len.to_le_bytes());
         h
     }
-
-    /// Append the header for a body of `body_len` bytes.
-    pub fn write(kind: Kind, body_len: u32, out: &mut Vec<u8>) {
-        out.extend_from_slice(&Self::encode(kind, body_len));
-    }
 }
 
-/// Append a whole frame (header, body, padding) to `out`.
+/// Append a whole frame of a kind that carries no protocol and no MAC (handshake, padding):
+/// header, body, padding.
 pub fn write_frame(kind: Kind, body: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
     write_frame_with(kind, out, |out| {
         out.extend_from_slice(body);
@@ -133,7 +157,7 @@ pub fn write_frame_with(
     body: impl FnOnce(&mut Vec<u8>) -> Result<(), WireError>,
 ) -> Result<(), WireError> {
     let start = out.len();
-    FrameHeader::write(kind, 0, out);
+    out.extend_from_slice(&FrameHeader::encode(kind, 0, false, 0));
     let body_start = out.len();
     let written = body(out).and_then(|()| {
         u32::try_from(out.len() - body_start).map_err(|_| WireError::TooLarge {
@@ -160,10 +184,10 @@ mod tests {
     #[test]
     fn header_checks() {
         let mut f = Vec::new();
-        write_frame(Kind::Msg, &[1, 2, 3], &mut f).unwrap();
+        write_frame(Kind::Hello, &[1, 2, 3], &mut f).unwrap();
         assert_eq!(f.len(), 32);
         let h = FrameHeader::parse(&f, 100).unwrap().unwrap();
-        assert_eq!((h.kind, h.body_len, h.frame_len()), (Kind::Msg, 3, 32));
+        assert_eq!((h.kind, h.body_len, h.frame_len()), (Kind::Hello, 3, 32));
         assert_eq!(FrameHeader::parse(&f[..15], 100), Ok(None));
         let bad = |i: usize, v: u8| {
             let mut g = f.clone();
@@ -173,8 +197,20 @@ mod tests {
         assert_eq!(bad(0, b'X'), Err(WireError::BadMagic));
         assert_eq!(bad(4, 9), Err(WireError::BadVersion(9)));
         assert_eq!(bad(5, 0), Err(WireError::BadKind(0)));
-        assert_eq!(bad(6, 1), Err(WireError::Reserved));
+        assert_eq!(
+            bad(6, 1),
+            Err(WireError::Reserved),
+            "a Hello names no protocol"
+        );
+        assert_eq!(bad(7, 1), Err(WireError::Reserved), "a Hello has no MAC");
+        assert_eq!(bad(7, 2), Err(WireError::Reserved), "an unknown flag");
         assert_eq!(bad(13, 1), Err(WireError::Reserved));
         assert_eq!(bad(9, 1), Err(WireError::TooLarge { len: 259, max: 100 }));
+        // A message names its protocol, and may carry a MAC.
+        let msg = FrameHeader::encode(Kind::Msg, 4, true, 3);
+        let h = FrameHeader::parse(&msg, 100).unwrap().unwrap();
+        assert_eq!((h.tag, h.mac, h.frame_len()), (4, true, 48));
+        let untagged = FrameHeader::encode(Kind::Msg, 0, false, 3);
+        assert_eq!(FrameHeader::parse(&untagged, 100), Err(WireError::Reserved));
     }
 }

@@ -1,16 +1,28 @@
 //! Connection handshake and job authentication, sans-IO.
 //!
-//! Both sides send `Hello { version, job_id, node_id, nonce }`. Having the peer's Hello, each
-//! sends `Auth { mac }` with `mac = HMAC-SHA256(job key, label ‖ job_id ‖ initiator id ‖
-//! responder id ‖ initiator nonce ‖ responder nonce)`, where the label says which role computed
-//! it ("weft-v1 initiator" / "weft-v1 responder"), so a peer cannot reflect our own proof back.
-//! Fresh nonces on both sides make every transcript new, so a recorded Auth proves nothing later.
-//! Each side checks the other's MAC in constant time. A stranger (garbage), a wrong job, a wrong
-//! version or a wrong key is refused with a [`HandshakeError`], and no message of it reaches a
-//! protocol: the caller only starts passing `Msg` frames up after [`Handshake::on_frame`] has
-//! returned the authenticated peer id.
+//! Both sides send `Hello { version, job_id, node_id, incarnation, nonce, params, bulk_mac }`.
+//! Having the peer's Hello, each sends `Auth { mac }` with `mac = HMAC-SHA256(job key, label ‖
+//! T)`, where T is the transcript (job id, both ids, both incarnations, both nonces, the job
+//! parameters, both bulk flags) and the label says which role computed it ("weft-v4
+//! initiator" / "weft-v4 responder"), so a peer cannot reflect our own proof back. Fresh nonces
+//! on both sides make every transcript new, so a recorded Auth proves nothing later. Each side
+//! checks the other's MAC in constant time. A stranger (garbage), a wrong job, a wrong version,
+//! other job parameters or a wrong key is refused with a [`HandshakeError`], and no message of
+//! it reaches a protocol: the caller only starts passing message frames up after
+//! [`Handshake::on_frame`] has returned the authenticated peer.
+//!
+//! The handshake also gives the connection its session ([`Handshake::session`]): one key per
+//! direction, derived from the job key and T, with which every control frame after it is
+//! authenticated ([`super::mac`]). That binds what follows to this handshake: a relay that
+//! passed it through holds no key, so it can close the connection but not speak on it.
+//!
+//! `params` names what the job runs (say `membership nodes=6 radix=4 mode=patch`): nodes that
+//! disagree on it would compute different trees from the same view, so they refuse each
+//! other, both saying which parameters differ. `incarnation` tells a restarted process from
+//! the one it replaces and from an impostor with its id (see the engine's routes).
 
 use super::frame::{write_frame, Kind};
+use super::mac::{FrameMac, Session};
 use super::WireError;
 use crate::NodeId;
 use hmac::{Hmac, Mac};
@@ -18,11 +30,15 @@ use rkyv::rancor::BoxedError;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 use sha2::Sha256;
+use std::io::Read;
 use std::path::Path;
 
-/// Handshake protocol version: 2 since peers may send padding frames ([`Kind::Pad`]), which
-/// a version-1 decoder refuses.
-pub const HANDSHAKE_VERSION: u16 = 2;
+/// Handshake protocol version: 4 since frames are authenticated with AES-GMAC (3 had
+/// HMAC-SHA256 tags; 3 added incarnations, job parameters and frame MACs; 2 padding frames).
+pub const HANDSHAKE_VERSION: u16 = 4;
+
+/// Longest job parameter string a Hello carries (it must fit [`MAX_HANDSHAKE_BODY`]).
+pub const MAX_PARAMS: usize = 512;
 
 /// Largest frame body a connection accepts before it has authenticated. Hello and Auth are
 /// under 100 bytes; the rest is room for later versions. A stranger may not make a node set
@@ -45,10 +61,11 @@ impl JobKey {
         Self(b)
     }
 
-    /// A key from 64 hex digits.
+    /// A key from 64 hex digits (surrounding whitespace allowed, nothing else: `from_str_radix`
+    /// alone would take a `+` sign in place of a digit).
     pub fn from_hex(s: &str) -> Result<Self, HandshakeError> {
         let s = s.trim();
-        if s.len() != 64 || !s.is_ascii() {
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(HandshakeError::BadKey("expected 64 hex digits".into()));
         }
         let mut k = [0u8; 32];
@@ -73,13 +90,25 @@ impl JobKey {
         }
     }
 
-    /// A key file: 64 hex digits, or exactly 32 raw bytes.
+    /// A key file: 64 hex digits (with surrounding whitespace), or exactly 32 raw bytes. At
+    /// most [`KEY_FILE_MAX`] bytes are read, so a wrong path (`/dev/zero`, a log) is an error,
+    /// not a process reading until memory runs out.
     pub fn from_file(path: &Path) -> Result<Self, HandshakeError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| HandshakeError::BadKey(format!("{}: {e}", path.display())))?;
+        let bad = |e: String| HandshakeError::BadKey(format!("{}: {e}", path.display()));
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(KEY_FILE_MAX as u64 + 1).read_to_end(&mut bytes))
+            .map_err(|e| bad(e.to_string()))?;
+        if bytes.len() > KEY_FILE_MAX {
+            return Err(bad(format!(
+                "more than {KEY_FILE_MAX} bytes: not a key (64 hex digits or 32 bytes)"
+            )));
+        }
         match <[u8; 32]>::try_from(bytes.as_slice()) {
             Ok(raw) => Ok(Self(raw)),
-            Err(_) => Self::from_hex(&String::from_utf8_lossy(&bytes)),
+            Err(_) => {
+                Self::from_hex(&String::from_utf8_lossy(&bytes)).map_err(|e| bad(e.to_string()))
+            }
         }
     }
 
@@ -87,7 +116,31 @@ impl JobKey {
     pub fn generate() -> Result<Self, HandshakeError> {
         Ok(Self(random32()?))
     }
+
+    /// HMAC-SHA256 under this key of `label` and then `parts`, each length-prefixed (so no two
+    /// different splits of the same bytes give one tag): for exchanges outside the handshake
+    /// that only the job may take part in (the launch rendezvous).
+    pub fn tag(&self, label: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("any key length");
+        for p in std::iter::once(label).chain(parts.iter().copied()) {
+            mac.update(&(p.len() as u64).to_le_bytes());
+            mac.update(p);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// A key derived from a secret the user shares with every process and the launcher's job
+    /// id: one secret serves many jobs, and each job gets its own key.
+    pub fn derive(secret: &[u8], job: &str) -> Self {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("any key length");
+        mac.update(b"weft job key v1");
+        mac.update(job.as_bytes());
+        Self(mac.finalize().into_bytes().into())
+    }
 }
+
+/// Most bytes a key file may hold: 64 hex digits and generous whitespace.
+pub const KEY_FILE_MAX: usize = 256;
 
 /// 32 bytes from the kernel's CSPRNG, through `getrandom(2)`: no file to open, so a node
 /// that has run out of descriptors still starts handshakes (opening `/dev/urandom` for each
@@ -111,7 +164,7 @@ pub fn random32() -> Result<[u8; 32], HandshakeError> {
 }
 
 /// Why a handshake failed. The connection is closed; the node goes on.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HandshakeError {
     /// The bytes were not valid frames.
     #[error(transparent)]
@@ -131,6 +184,14 @@ pub enum HandshakeError {
         ours: u64,
         /// Theirs.
         theirs: u64,
+    },
+    /// The peer runs the job with other parameters (another size, radix or tree mode).
+    #[error("peer runs {theirs:?}, we run {ours:?}")]
+    WrongParams {
+        /// Ours.
+        ours: String,
+        /// Theirs.
+        theirs: String,
     },
     /// We dialed one node and another answered.
     #[error("dialed {expected}, reached {got}")]
@@ -156,7 +217,10 @@ struct Hello {
     version: u16,
     job_id: u64,
     node_id: u64,
+    incarnation: u64,
     nonce: [u8; 32],
+    params: String,
+    bulk_mac: bool,
 }
 
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -176,8 +240,8 @@ pub enum Role {
 impl Role {
     fn label(self) -> &'static [u8] {
         match self {
-            Role::Initiator => b"weft-v1 initiator",
-            Role::Responder => b"weft-v1 responder",
+            Role::Initiator => b"weft-v4 initiator",
+            Role::Responder => b"weft-v4 responder",
         }
     }
 }
@@ -189,8 +253,48 @@ pub struct Identity {
     pub job_id: u64,
     /// This node.
     pub node_id: NodeId,
+    /// This process's life as `node_id`: a restarted process has another (the engine uses
+    /// the start time, [`incarnation_now`]).
+    pub incarnation: u64,
     /// The job's shared key.
     pub key: JobKey,
+    /// What the job runs, compared verbatim with every peer's (empty: nothing to compare).
+    pub params: String,
+    /// Ask for bulk messages to be authenticated too ([`super::mac`]); the connection does it
+    /// if either end asks.
+    pub bulk_mac: bool,
+}
+
+impl Identity {
+    /// Node `node_id` of job `job_id`, in its first incarnation, with no parameters to
+    /// compare and bulk messages unauthenticated.
+    pub fn new(job_id: u64, node_id: NodeId, key: JobKey) -> Self {
+        Self {
+            job_id,
+            node_id,
+            incarnation: 0,
+            key,
+            params: String::new(),
+            bulk_mac: false,
+        }
+    }
+}
+
+/// An incarnation for a process starting now: nanoseconds of the real-time clock, so a restart
+/// (even on another host with a roughly set clock) has a larger one than the life it ends.
+pub fn incarnation_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// An authenticated peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its id.
+    pub id: NodeId,
+    /// Its incarnation.
+    pub incarnation: u64,
 }
 
 /// One connection's handshake.
@@ -200,7 +304,7 @@ pub struct Handshake {
     me: Identity,
     nonce: [u8; 32],
     expect: Option<NodeId>,
-    peer: Option<(NodeId, [u8; 32])>,
+    peer: Option<Hello>,
     done: bool,
 }
 
@@ -213,8 +317,11 @@ where
     // Handshake frames are tiny: copy into an aligned buffer rather than trust the caller's.
     let mut aligned = AlignedVec::<16>::with_capacity(body.len());
     aligned.extend_from_slice(body);
-    rkyv::from_bytes::<T, BoxedError>(&aligned)
-        .map_err(|e| HandshakeError::Wire(WireError::Malformed(e.to_string())))
+    rkyv::from_bytes::<T, BoxedError>(&aligned).map_err(|e| {
+        HandshakeError::Wire(WireError::Malformed(super::msg::without_addresses(
+            &e.to_string(),
+        )))
+    })
 }
 
 impl Handshake {
@@ -237,11 +344,19 @@ impl Handshake {
         nonce: [u8; 32],
         out: &mut Vec<u8>,
     ) -> Result<Self, HandshakeError> {
+        if me.params.len() > MAX_PARAMS {
+            return Err(HandshakeError::BadKey(format!(
+                "job parameters longer than {MAX_PARAMS} bytes"
+            )));
+        }
         let hello = Hello {
             version: HANDSHAKE_VERSION,
             job_id: me.job_id,
             node_id: me.node_id.0,
+            incarnation: me.incarnation,
             nonce,
+            params: me.params.clone(),
+            bulk_mac: me.bulk_mac,
         };
         let body =
             rkyv::to_bytes::<BoxedError>(&hello).map_err(|e| WireError::Encode(e.to_string()))?;
@@ -261,32 +376,64 @@ impl Handshake {
         self.done
     }
 
-    fn mac(&self, by: Role, peer_id: NodeId, peer_nonce: &[u8; 32]) -> Hmac<Sha256> {
-        let (ini_id, res_id, ini_nonce, res_nonce) = match self.role {
-            Role::Initiator => (self.me.node_id, peer_id, &self.nonce, peer_nonce),
-            Role::Responder => (peer_id, self.me.node_id, peer_nonce, &self.nonce),
+    /// HMAC-SHA256 under the job key of `label` and the transcript T (module doc).
+    fn keyed(&self, label: &[u8], peer: &Hello) -> Hmac<Sha256> {
+        let mine = (
+            self.me.node_id.0,
+            self.me.incarnation,
+            &self.nonce,
+            self.me.bulk_mac,
+        );
+        let theirs = (peer.node_id, peer.incarnation, &peer.nonce, peer.bulk_mac);
+        let (ini, res) = match self.role {
+            Role::Initiator => (mine, theirs),
+            Role::Responder => (theirs, mine),
         };
         // HMAC accepts keys of any length; 32 bytes cannot fail.
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.me.key.0)
             .expect("HMAC takes any key length");
-        mac.update(by.label());
+        mac.update(label);
         mac.update(&self.me.job_id.to_le_bytes());
-        mac.update(&ini_id.0.to_le_bytes());
-        mac.update(&res_id.0.to_le_bytes());
-        mac.update(ini_nonce);
-        mac.update(res_nonce);
+        for (id, incarnation, nonce, bulk) in [ini, res] {
+            mac.update(&id.to_le_bytes());
+            mac.update(&incarnation.to_le_bytes());
+            mac.update(nonce);
+            mac.update(&[u8::from(bulk)]);
+        }
+        // Equal at both ends once the Hellos are checked; length-prefixed all the same.
+        mac.update(&(self.me.params.len() as u64).to_le_bytes());
+        mac.update(self.me.params.as_bytes());
         mac
     }
 
-    /// Feed one frame from the peer. Returns the peer's id once it is authenticated; anything
+    /// The connection's session keys, once the peer is authenticated (see [`super::mac`]):
+    /// each direction's key is the transcript's HMAC under the job key with the direction's
+    /// label, so both ends derive the same pair and nobody without the key can.
+    pub fn session(&self) -> Option<Session> {
+        let peer = self.peer.as_ref().filter(|_| self.done)?;
+        let key =
+            |label: &[u8]| -> [u8; 32] { self.keyed(label, peer).finalize().into_bytes().into() };
+        let (i2r, r2i) = (key(b"weft-v4 key i2r"), key(b"weft-v4 key r2i"));
+        let (send, recv) = match self.role {
+            Role::Initiator => (i2r, r2i),
+            Role::Responder => (r2i, i2r),
+        };
+        Some(Session {
+            send: FrameMac::new(&send),
+            recv: FrameMac::new(&recv),
+            bulk: self.me.bulk_mac || peer.bulk_mac,
+        })
+    }
+
+    /// Feed one frame from the peer. Returns the peer once it is authenticated; anything
     /// wrong is an error and the connection must be closed.
     pub fn on_frame(
         &mut self,
         kind: Kind,
         body: &[u8],
         out: &mut Vec<u8>,
-    ) -> Result<Option<NodeId>, HandshakeError> {
-        match (kind, self.peer) {
+    ) -> Result<Option<Peer>, HandshakeError> {
+        match (kind, &self.peer) {
             (Kind::Hello, None) => {
                 let hello: Hello = decode(body)?;
                 if hello.version != HANDSHAKE_VERSION {
@@ -308,30 +455,36 @@ impl Handshake {
                         got: peer,
                     });
                 }
-                self.peer = Some((peer, hello.nonce));
+                if hello.params != self.me.params {
+                    return Err(HandshakeError::WrongParams {
+                        ours: self.me.params.clone(),
+                        theirs: hello.params,
+                    });
+                }
+                let label = self.role.label();
                 let auth = Auth {
-                    mac: self
-                        .mac(self.role, peer, &hello.nonce)
-                        .finalize()
-                        .into_bytes()
-                        .into(),
+                    mac: self.keyed(label, &hello).finalize().into_bytes().into(),
                 };
+                self.peer = Some(hello);
                 let body = rkyv::to_bytes::<BoxedError>(&auth)
                     .map_err(|e| WireError::Encode(e.to_string()))?;
                 write_frame(Kind::Auth, &body, out)?;
                 Ok(None)
             }
-            (Kind::Auth, Some((peer, peer_nonce))) if !self.done => {
+            (Kind::Auth, Some(hello)) if !self.done => {
                 let auth: Auth = decode(body)?;
                 let their_role = match self.role {
                     Role::Initiator => Role::Responder,
                     Role::Responder => Role::Initiator,
                 };
-                self.mac(their_role, peer, &peer_nonce)
+                self.keyed(their_role.label(), hello)
                     .verify_slice(&auth.mac)
                     .map_err(|_| HandshakeError::BadProof)?;
                 self.done = true;
-                Ok(Some(peer))
+                Ok(Some(Peer {
+                    id: NodeId(hello.node_id),
+                    incarnation: hello.incarnation,
+                }))
             }
             (kind, _) => Err(HandshakeError::Unexpected(kind)),
         }
@@ -352,21 +505,25 @@ mod tests {
 
     fn id(job: u64, node: u64, key: u8) -> Identity {
         Identity {
-            job_id: job,
-            node_id: NodeId(node),
-            key: JobKey::from_bytes([key; 32]),
+            incarnation: 100 + node,
+            params: "test nodes=3".into(),
+            ..Identity::new(job, NodeId(node), JobKey::from_bytes([key; 32]))
         }
     }
 
     /// Run both sides to completion over in-memory streams.
-    fn run(
+    type Outcome = Result<Option<Peer>, HandshakeError>;
+
+    fn run(a: Identity, b: Identity, expect: Option<NodeId>) -> (Outcome, Outcome) {
+        let (ra, rb, _) = run_keeping(a, b, expect);
+        (ra, rb)
+    }
+
+    fn run_keeping(
         a: Identity,
         b: Identity,
         expect: Option<NodeId>,
-    ) -> (
-        Result<Option<NodeId>, HandshakeError>,
-        Result<Option<NodeId>, HandshakeError>,
-    ) {
+    ) -> (Outcome, Outcome, (Handshake, Handshake)) {
         let (mut to_b, mut to_a) = (Vec::new(), Vec::new());
         let mut ha = Handshake::with_nonce(Role::Initiator, a, expect, [1; 32], &mut to_b).unwrap();
         let mut hb = Handshake::with_nonce(Role::Responder, b, None, [2; 32], &mut to_a).unwrap();
@@ -390,14 +547,79 @@ mod tests {
                 }
             }
         }
-        (ra, rb)
+        (ra, rb, (ha, hb))
+    }
+
+    fn peer(node: u64) -> Peer {
+        Peer {
+            id: NodeId(node),
+            incarnation: 100 + node,
+        }
     }
 
     #[test]
     fn same_job_same_key_authenticates_both_ways() {
         let (a, b) = run(id(7, 1, 9), id(7, 2, 9), Some(NodeId(2)));
-        assert_eq!(a, Ok(Some(NodeId(2))));
-        assert_eq!(b, Ok(Some(NodeId(1))));
+        assert_eq!(a, Ok(Some(peer(2))));
+        assert_eq!(b, Ok(Some(peer(1))));
+    }
+
+    /// Both ends derive the same two session keys, crosswise; another handshake (other nonces)
+    /// derives others, and bulk integrity is on when either end asks.
+    #[test]
+    fn sessions_pair_up_and_differ_per_connection() {
+        let (_, _, (ha, hb)) = run_keeping(id(7, 1, 9), id(7, 2, 9), None);
+        let (mut a, mut b) = (ha.session().unwrap(), hb.session().unwrap());
+        assert!(!a.bulk && !b.bulk);
+        let t = a.send.seal([&b"frame"[..]]);
+        b.recv.verify([&b"frame"[..]], &t).unwrap();
+        let t = b.send.seal([&b"back"[..]]);
+        a.recv.verify([&b"back"[..]], &t).unwrap();
+        // The same peers with other nonces: other keys.
+        let (mut to_b, mut to_a) = (Vec::new(), Vec::new());
+        let mut hc =
+            Handshake::with_nonce(Role::Initiator, id(7, 1, 9), None, [5; 32], &mut to_b).unwrap();
+        let mut hd =
+            Handshake::with_nonce(Role::Responder, id(7, 2, 9), None, [6; 32], &mut to_a).unwrap();
+        assert!(hc.session().is_none(), "no session before authentication");
+        let feed = |h: &mut Handshake, bytes: &[u8], out: &mut Vec<u8>| {
+            let mut d = FrameDecoder::new(MAX_HANDSHAKE_BODY);
+            d.push(bytes);
+            while let Some(f) = d.next_frame().unwrap() {
+                h.on_frame(f.kind, f.body(), out).unwrap();
+            }
+        };
+        let (hello_c, hello_d) = (to_b.clone(), to_a.clone());
+        let (mut auth_c, mut auth_d) = (Vec::new(), Vec::new());
+        feed(&mut hd, &hello_c, &mut auth_d);
+        feed(&mut hc, &hello_d, &mut auth_c);
+        feed(&mut hd, &auth_c, &mut Vec::new());
+        feed(&mut hc, &auth_d, &mut Vec::new());
+        let c = hc.session().unwrap();
+        let t = c.send.clone().seal([&b"frame"[..]]);
+        assert!(
+            ha.session().unwrap().send.seal([&b"frame"[..]]) != t,
+            "a key of one connection is not another's"
+        );
+        let mut bulky = id(7, 2, 9);
+        bulky.bulk_mac = true;
+        let (_, _, (ha, _)) = run_keeping(id(7, 1, 9), bulky, None);
+        assert!(ha.session().unwrap().bulk, "either end asks");
+    }
+
+    #[test]
+    fn other_job_parameters_are_refused_naming_both() {
+        let mut other = id(7, 2, 9);
+        other.params = "test nodes=8".into();
+        let (a, b) = run(id(7, 1, 9), other, None);
+        assert_eq!(
+            a,
+            Err(HandshakeError::WrongParams {
+                ours: "test nodes=3".into(),
+                theirs: "test nodes=8".into()
+            })
+        );
+        assert!(matches!(b, Err(HandshakeError::WrongParams { .. })));
     }
 
     #[test]
@@ -460,7 +682,37 @@ mod tests {
         assert_eq!(k.0[31], 0xff);
         assert!(JobKey::from_hex("abc").is_err());
         assert!(JobKey::from_hex(&"zz".repeat(32)).is_err());
+        // A sign where a digit belongs: `from_str_radix` alone reads "+f" as 15.
+        assert!(JobKey::from_hex(&("+f".to_string() + &"00".repeat(31))).is_err());
+        assert!(
+            JobKey::from_hex(&format!(" {hex}\n")).is_ok(),
+            "whitespace around"
+        );
         assert_eq!(format!("{k:?}"), "JobKey(..)");
         assert_ne!(JobKey::generate().unwrap(), JobKey::generate().unwrap());
+    }
+
+    /// A key file is read only as far as a key can go: `/dev/zero` is refused at once.
+    #[test]
+    fn key_files_are_read_no_further_than_a_key() {
+        let dir = std::env::temp_dir().join(format!("weft-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hex = dir.join("hex");
+        std::fs::write(&hex, "ab".repeat(32) + "\n").unwrap();
+        assert_eq!(
+            JobKey::from_file(&hex).unwrap(),
+            JobKey::from_bytes([0xab; 32])
+        );
+        let raw = dir.join("raw");
+        std::fs::write(&raw, [7u8; 32]).unwrap();
+        assert_eq!(
+            JobKey::from_file(&raw).unwrap(),
+            JobKey::from_bytes([7; 32])
+        );
+        match JobKey::from_file(Path::new("/dev/zero")) {
+            Err(HandshakeError::BadKey(why)) => assert!(why.contains("more than"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -37,7 +37,8 @@ pub fn wait_done(events: &Receiver<(NodeId, NodeEvent)>, secs: u64, context: &st
 pub fn refusals(seen: &[(NodeId, NodeEvent)], by: Option<NodeId>, what: &str) -> usize {
     seen.iter()
         .filter(|(who, e)| {
-            by.is_none_or(|b| b == *who) && matches!(e, NodeEvent::Refused(r) if r.contains(what))
+            by.is_none_or(|b| b == *who)
+                && matches!(e, NodeEvent::Refused(r) if r.to_string().contains(what))
         })
         .count()
 }

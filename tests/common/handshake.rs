@@ -32,7 +32,7 @@ pub fn shake_hands(s: &mut TcpStream, me: Identity, patience: Duration) -> Resul
             let done = hs.on_frame(f.kind, f.body(), &mut reply);
             s.write_all(&reply).map_err(|e| format!("send: {e}"))?;
             if let Some(peer) = done.map_err(|e| e.to_string())? {
-                return Ok(peer);
+                return Ok(peer.id);
             }
         }
     }

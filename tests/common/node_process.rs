@@ -9,9 +9,18 @@ use weft::wire::handshake::JobKey;
 /// A one-node job (`weft node`, job key `key`, blocking reactor, backend `backend` or the
 /// automatic choice); the process, where it listens and its report lines after the first.
 pub fn start_node(key: &JobKey, backend: Option<&str>) -> (Child, SocketAddr, Receiver<String>) {
+    start_node_with(key, backend, "block")
+}
+
+/// [`start_node`] with the reactor waiting as `wait` says.
+pub fn start_node_with(
+    key: &JobKey,
+    backend: Option<&str>,
+    wait: &str,
+) -> (Child, SocketAddr, Receiver<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weft"));
     cmd.args(["node", "--id", "0", "--nodes", "1", "--peers", ""])
-        .args(["--wait", "block"])
+        .args(["--wait", wait])
         .env_remove("WEFT_BACKEND")
         .env("WEFT_JOB_KEY", key.to_hex())
         .stdout(Stdio::piped());

@@ -7,7 +7,7 @@
 //! of one 65 483-byte segment each, so its write stopped before its last 912 bytes to process
 //! the ACKs of all the receiver had read, and the receiver waited for them: about 10% of the
 //! one-way time. Processed after the last segment, at the end of the call, the same ACKs cost
-//! the same and nobody waits (`examples/ack_flush.rs`, `bluegene_notes/engine-latency.md`).
+//! the same and nobody waits (`tools/probes/ack_flush.rs`, `bluegene_notes/engine-latency.md#the-last-write-is-16-buffers`).
 //!
 //! So a queue longer than 16 buffers goes out in two writes: a short head, then exactly 16
 //! buffers. A buffer is the kernel's GSO size goal, whole segments up to 64 KiB

@@ -1,127 +1,170 @@
 //! How often a hosted node reports refusals. Each refusal used to be one event, so a stranger
 //! that dialed in a loop grew the (unbounded) event channel as fast as it could dial, and a
-//! `weft node` printed a line per attempt. A node now reports the first [`BURST`] refusals of a
-//! [`WINDOW`] one by one, counts the rest, and when the window ends reports how many there
-//! were and the last one's reason ([`NodeEvent::RefusedMore`]): at most `BURST + 1` refusal
-//! events per node per window, and the counts add up to every refusal. Suspicions and
-//! protocol events are never held: they are bounded by the job, not by strangers.
+//! `weft node` printed a line per attempt. Now a node makes at most [`BURST`] refusal reports
+//! in any [`WINDOW`] (a sliding one: the bound holds over every second, not only over
+//! fixed ones). A refusal past the bound is counted, and the count, with the last one's
+//! reason, is reported as one event ([`NodeEvent::RefusedMore`]) as soon as the window allows
+//! another report. Every refusal is either reported or counted in one such event.
+//! Suspicions and protocol events are never held: they are bounded by the job, not by
+//! strangers.
 //!
 //! [`NodeEvent::RefusedMore`]: super::NodeEvent::RefusedMore
 
+use super::error::Refusal;
 use crate::proto::Time;
+use std::collections::VecDeque;
 use std::time::Duration;
 
-/// How long a window of refusal reports lasts.
+/// The window the bound holds over.
 pub(super) const WINDOW: Duration = Duration::from_secs(1);
 
-/// Refusals a node reports one by one per window.
-pub(super) const BURST: u32 = 16;
+/// Refusal reports (one by one or counted) a node makes in any window.
+pub(super) const BURST: usize = 16;
 
-/// One hosted node's refusal reports in the current window.
+/// One hosted node's refusal reports.
 #[derive(Debug, Default)]
 pub(super) struct Refusals {
-    /// Whether a window is open (its end is a reactor timer).
-    open: bool,
-    /// Refusals reported one by one in this window.
-    reported: u32,
-    /// Refusals held back in this window, and the last one's reason.
+    /// When the last reports (at most [`BURST`]) were made, oldest first.
+    reported: VecDeque<Time>,
+    /// Refusals held back, and the last one.
     held: u64,
-    last: String,
+    last: Option<Refusal>,
+    /// A timer is armed to report what is held.
+    armed: bool,
 }
 
 /// What to do with a refusal.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
-    /// Report it now; if `until` is set, a window just opened and ends then.
-    Report { until: Option<Time> },
-    /// It is counted, to be reported when the window ends.
-    Held,
+    /// Report it now.
+    Report,
+    /// It is counted; if `until` is set, arm a timer then to report the count.
+    Held {
+        /// When the window allows the next report (set once per count).
+        until: Option<Time>,
+    },
 }
 
 impl Refusals {
-    /// A refusal at `now`, for `why`.
-    pub(super) fn refused(&mut self, now: Time, why: &str) -> Verdict {
-        if !self.open {
-            self.open = true;
-            self.reported = 1;
-            return Verdict::Report {
-                until: Some(now + WINDOW),
-            };
+    /// Forget the reports older than a window at `now`.
+    fn slide(&mut self, now: Time) {
+        while self
+            .reported
+            .front()
+            .is_some_and(|&t| now.since(t) >= WINDOW)
+        {
+            self.reported.pop_front();
         }
-        if self.reported < BURST {
-            self.reported += 1;
-            return Verdict::Report { until: None };
+    }
+
+    /// A refusal at `now`.
+    pub(super) fn refused(&mut self, now: Time, refusal: &Refusal) -> Verdict {
+        self.slide(now);
+        if self.reported.len() < BURST && self.held == 0 {
+            self.reported.push_back(now);
+            return Verdict::Report;
         }
         self.held += 1;
-        self.last.clear();
-        self.last.push_str(why);
-        Verdict::Held
+        self.last = Some(refusal.clone());
+        let until = (!std::mem::replace(&mut self.armed, true)).then(|| self.next_slot(now));
+        Verdict::Held { until }
     }
 
-    /// The window ended at `now`: the refusals held in it, if any, and when the next window
-    /// ends (one opens at once when some were held: the flood may go on).
-    pub(super) fn window_ended(&mut self, now: Time) -> Option<(u64, String, Time)> {
-        let (count, last) = self.take()?;
-        self.open = true;
-        Some((count, last, now + WINDOW))
+    /// When the window next allows a report.
+    fn next_slot(&self, now: Time) -> Time {
+        match self.reported.front() {
+            Some(&t) if self.reported.len() >= BURST => t + WINDOW,
+            _ => now,
+        }
     }
 
-    /// The refusals held so far, if any, to report now (the node stops); the window closes.
-    pub(super) fn take(&mut self) -> Option<(u64, String)> {
-        self.open = false;
-        self.reported = 0;
+    /// The timer armed by a held refusal went off at `now`: the count and the last one to
+    /// report, if the window allows (else, when to try again).
+    pub(super) fn window_ended(&mut self, now: Time) -> Option<(u64, Refusal, Option<Time>)> {
+        self.armed = false;
+        self.slide(now);
         if self.held == 0 {
             return None;
         }
-        Some((
-            std::mem::take(&mut self.held),
-            std::mem::take(&mut self.last),
-        ))
+        if self.reported.len() >= BURST {
+            self.armed = true;
+            let again = self.next_slot(now);
+            return self.last.clone().map(|l| (0, l, Some(again)));
+        }
+        self.reported.push_back(now);
+        let (count, last) = self.take()?;
+        Some((count, last, None))
+    }
+
+    /// The refusals held so far, if any, to report now (the node stops, or their slot came).
+    pub(super) fn take(&mut self) -> Option<(u64, Refusal)> {
+        let held = std::mem::take(&mut self.held);
+        let last = self.last.take()?;
+        (held > 0).then_some((held, last))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::error::ConnError;
     use super::*;
 
+    fn r(i: usize) -> Refusal {
+        Refusal {
+            peer: None,
+            why: ConnError::HandshakeTimeout(i as u128),
+        }
+    }
+
+    /// Whatever the pace of refusals, no window of a second holds more than `BURST` reports,
+    /// and every refusal is reported or counted.
     #[test]
-    fn a_burst_is_reported_the_rest_counted_and_every_refusal_accounted_for() {
-        let mut r = Refusals::default();
-        let t0 = Time(5);
-        assert_eq!(
-            r.refused(t0, "a"),
-            Verdict::Report {
-                until: Some(t0 + WINDOW)
+    fn no_sliding_window_holds_more_than_the_burst() {
+        for step_ms in [0u64, 1, 3, 37, 59, 400] {
+            let mut refusals = Refusals::default();
+            let mut reports: Vec<(Time, u64)> = Vec::new(); // (when, how many it stands for)
+            let mut timer: Option<Time> = None;
+            let mut now = Time(1_000_000_000);
+            for i in 0..400 {
+                // Fire the timer if it is due before this refusal.
+                while let Some(t) = timer.filter(|&t| t <= now) {
+                    timer = None;
+                    if let Some((count, _, again)) = refusals.window_ended(t) {
+                        if count > 0 {
+                            reports.push((t, count));
+                        }
+                        timer = again;
+                    }
+                }
+                match refusals.refused(now, &r(i)) {
+                    Verdict::Report => reports.push((now, 1)),
+                    Verdict::Held { until } => timer = until.or(timer),
+                }
+                now = now + Duration::from_millis(step_ms);
             }
-        );
-        for _ in 1..BURST {
-            assert_eq!(r.refused(t0, "b"), Verdict::Report { until: None });
-        }
-        for i in 0..100 {
-            assert_eq!(r.refused(t0, &format!("c{i}")), Verdict::Held);
-        }
-        let end = t0 + WINDOW;
-        assert_eq!(r.window_ended(end), Some((100, "c99".into(), end + WINDOW)));
-        // The flood goes on: a new window reports a burst again.
-        assert_eq!(r.refused(end, "d"), Verdict::Report { until: None });
-        // A window with nothing held closes; the next refusal opens one.
-        assert_eq!(r.window_ended(end + WINDOW), None);
-        let later = end + WINDOW + WINDOW;
-        assert_eq!(
-            r.refused(later, "e"),
-            Verdict::Report {
-                until: Some(later + WINDOW)
+            let total: u64 =
+                reports.iter().map(|r| r.1).sum::<u64>() + refusals.take().map_or(0, |t| t.0);
+            assert_eq!(total, 400, "{step_ms} ms apart");
+            for (i, &(t, _)) in reports.iter().enumerate() {
+                let within = reports[i..]
+                    .iter()
+                    .take_while(|&&(u, _)| u.since(t) < WINDOW)
+                    .count();
+                assert!(
+                    within <= BURST,
+                    "{step_ms} ms apart: {within} reports in a second"
+                );
             }
-        );
+        }
     }
 
     #[test]
     fn a_stopping_node_hands_over_what_it_held() {
-        let mut r = Refusals::default();
-        for _ in 0..BURST + 3 {
-            r.refused(Time(0), "x");
+        let mut rf = Refusals::default();
+        for i in 0..BURST + 3 {
+            rf.refused(Time(0), &r(i));
         }
-        assert_eq!(r.take(), Some((3, "x".into())));
-        assert_eq!(r.take(), None);
+        assert_eq!(rf.take().map(|t| t.0), Some(3));
+        assert_eq!(rf.take(), None);
     }
 }

@@ -13,14 +13,17 @@
 //!   A real burst (a thousand peers dialing the root at once) is never cut short: it may pass
 //!   the bound for as long as its handshakes take.
 //!
-//! A stranger is closed for crowding when a new connection makes more than the bound wait,
-//! or when `accept` finds no descriptor free.
+//! A stranger is closed for crowding when a new connection makes more than the bound wait, when
+//! the oldest reaches its grace while more than the bound still wait (a timer), or when
+//! `accept` finds no descriptor free.
 
-use super::conn::{Conn, Ending};
-use super::driver::Driver;
-use super::{EngineError, Reactor};
+use super::backend::Backend;
+use super::conn::Ending;
+use super::conns::Conns;
+use super::error::ConnError;
+use super::{Due, EngineError, Reactor};
 use crate::proto::{Protocol, Time};
-use crate::wire::WireMsg;
+use crate::wire::Framed;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -69,6 +72,17 @@ impl Strangers {
         self.waiting
     }
 
+    /// When the oldest stranger still waiting arrived.
+    pub(super) fn oldest(&mut self, waiting: impl Fn(usize, u32) -> bool) -> Option<Time> {
+        while let Some(&(slot, generation, at)) = self.queue.front() {
+            if waiting(slot, generation) {
+                return Some(at);
+            }
+            self.queue.pop_front();
+        }
+        None
+    }
+
     /// The oldest stranger's slot and arrival, if it arrived at `before` or earlier; it is
     /// taken off the queue (the caller closes it, which counts it out).
     pub(super) fn overdue(
@@ -93,46 +107,61 @@ impl Strangers {
 
 /// Whether `slot` of `conns` holds hosted node `h`'s connection of `generation`, still
 /// unauthenticated.
-fn is_stranger(conns: &[Option<Conn>], h: usize, slot: usize, generation: u32) -> bool {
+fn is_stranger(conns: &Conns, h: usize, slot: usize, generation: u32) -> bool {
     conns
         .get(slot)
-        .and_then(|c| c.as_ref())
         .is_some_and(|c| c.host == h && c.generation == generation && c.peer.is_none())
 }
 
-impl<P: Protocol, D: Driver<P>> Reactor<P, D>
+impl<P: Protocol, B: Backend> Reactor<P, B>
 where
-    P::Msg: WireMsg,
+    P::Msg: Framed,
 {
     /// Hosted node `h` accepted the connection in `slot` at `now`.
     pub(super) fn stranger_arrived(&mut self, h: usize, slot: usize, now: Time) {
         let conns = &self.conns;
         if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
-            let generation = conns[slot].as_ref().map_or(0, |c| c.generation);
+            let generation = conns.generation_of(slot).unwrap_or(0);
             host.strangers
                 .arrived(slot, generation, now, |s, g| is_stranger(conns, h, s, g));
         }
     }
 
     /// More strangers wait on hosted node `h` than [`super::ReactorConfig::max_strangers`]: close
-    /// the oldest while they are past their grace (younger ones are let be: a real burst).
+    /// the oldest while they are past their grace (younger ones are let be: a real burst), and
+    /// if too many still wait, come back when the next oldest reaches its grace.
     pub(super) fn crowd_out(&mut self, h: usize) -> Result<(), EngineError> {
         loop {
             let waiting = match self.hosts.get(h).and_then(|x| x.as_ref()) {
                 Some(host) => host.strangers.count(),
                 None => return Ok(()),
             };
-            if waiting <= self.cfg.max_strangers {
+            if waiting <= self.cfg.options.max_strangers {
                 return Ok(());
             }
             let Some((slot, age)) = self.overdue_stranger(h) else {
+                // Nobody is past the grace yet: the oldest will be then.
+                let conns = &self.conns;
+                let oldest = self
+                    .hosts
+                    .get_mut(h)
+                    .and_then(|x| x.as_mut())
+                    .and_then(|host| host.strangers.oldest(|s, g| is_stranger(conns, h, s, g)));
+                if let Some(at) = oldest {
+                    self.timers.set(
+                        Due::Crowd(h),
+                        at + grace(self.cfg.options.handshake_timeout),
+                    );
+                }
                 return Ok(());
             };
-            let why = format!(
-                "crowded out: no handshake in {} ms, with {waiting} connections waiting (most {})",
-                age.as_millis(),
-                self.cfg.max_strangers
-            );
+            let why = ConnError::CrowdedOut {
+                waited_ms: age.as_millis(),
+                why: format!(
+                    "with {waiting} connections waiting (most {})",
+                    self.cfg.options.max_strangers
+                ),
+            };
             self.close(slot, why)?;
         }
     }
@@ -153,10 +182,10 @@ where
         let Some((slot, age)) = self.overdue_stranger(h) else {
             return Ok(false);
         };
-        let why = format!(
-            "crowded out: no handshake in {} ms, and no descriptor free ({e})",
-            age.as_millis()
-        );
+        let why = ConnError::CrowdedOut {
+            waited_ms: age.as_millis(),
+            why: format!("and no descriptor free ({e})"),
+        };
         self.close(slot, why)?;
         // `close` put its socket last on the lost list: shut and free that one now.
         self.bury_lost(Ending::Close, 1)?;
@@ -166,7 +195,7 @@ where
     /// Hosted node `h`'s oldest stranger if it has waited past its grace, and how long.
     fn overdue_stranger(&mut self, h: usize) -> Option<(usize, Duration)> {
         let now = self.now();
-        let grace = grace(self.cfg.handshake_timeout);
+        let grace = grace(self.cfg.options.handshake_timeout);
         let before = Time(now.0.saturating_sub(grace.as_nanos() as u64));
         let conns = &self.conns;
         let host = self.hosts.get_mut(h)?.as_mut()?;

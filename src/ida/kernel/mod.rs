@@ -26,7 +26,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// An implementation of the region kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kernel {
     /// Portable table lookups.
@@ -295,7 +295,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn bytes(seed: u64, len: usize) -> Vec<u8> {
-        let mut r = crate::sim::rng::SimRng::new(seed);
+        let mut r = crate::rng::SimRng::new(seed);
         (0..len).map(|_| r.next_u64() as u8).collect()
     }
 

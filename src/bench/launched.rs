@@ -1,0 +1,600 @@
+//! `weft bench stabilize` under a real launcher (`srun`, `mpirun`, `mpiexec.hydra`): one
+//! membership node per rank, and rank 0's process drives the trials over an authenticated
+//! control channel ([`super::control`]).
+//!
+//! **Each trial is a fresh job**, as in the in-process benchmark: every rank stops its node,
+//! binds its port again, and only once every rank is bound do all start a new node (a new
+//! incarnation) with the whole job as its view, so no early dial meets a port not yet
+//! listening. Trials therefore never use up ranks, and every trial's victims are chosen on
+//! the same initial tree (`--fail` as in-process). A victim's node crashes abruptly (its
+//! sockets close, as when a process dies) while its process lives on to take part in the
+//! next trial.
+//!
+//! **One time line.** Ranks on rank 0's host share its `CLOCK_MONOTONIC` (the same kernel:
+//! the same `boot_id`), and their times are used as they are. Ranks on other hosts have
+//! unrelated clocks: before each kill, rank 0 estimates each one's offset with Cristian's
+//! method (the best of several round trips over the control channel; error bound = half that
+//! round trip) and puts its reported times on its own clock. The trial's `clock_err` is the
+//! largest bound among the ranks whose times decide it: 0 when they all share rank 0's host.
+
+use super::control::{split, ControlError, ControlReceiver, ControlSender, Direction};
+use super::scenario::Plan;
+use super::stabilize::{
+    member_config, settle, summarize, BenchConfig, BenchError, BenchReport, Trial,
+};
+use crate::bootstrap::{exchange, launch, Launch, ProcessEnv, Want};
+use crate::engine::monotonic_ns;
+use crate::proto::membership::Membership;
+use crate::transport::process::report_of;
+use crate::transport::{bind, spawn, NodeHandle, NodeOptions, NodeSpec};
+use crate::NodeId;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn failed(what: impl std::fmt::Display) -> BenchError {
+    BenchError::Config(what.to_string())
+}
+
+impl From<ControlError> for BenchError {
+    fn from(e: ControlError) -> Self {
+        failed(e)
+    }
+}
+
+impl From<crate::bootstrap::BootstrapError> for BenchError {
+    fn from(e: crate::bootstrap::BootstrapError) -> Self {
+        failed(e)
+    }
+}
+
+/// Run the benchmark as this rank of a launched job. Rank 0 returns the report (`cfg.nodes` is
+/// the job's size); the others return `None` once rank 0 lets them go.
+pub fn run(
+    cfg: &BenchConfig,
+    want: Want,
+    repeat: u32,
+    each: impl FnMut(u32, &Trial),
+) -> Result<Option<BenchReport>, BenchError> {
+    let env = ProcessEnv;
+    let launch: Launch = launch::detect(want, &env)?;
+    let cfg = BenchConfig {
+        nodes: launch.size,
+        ..cfg.clone()
+    };
+    super::stabilize::check(&cfg)?;
+    let listener = bind(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+    let port = listener.local_addr().map_err(failed)?.port();
+    let mine = exchange::advertised(SocketAddr::from(([0, 0, 0, 0], port)), &launch, &env)?;
+    // Rank 0's control channel listens beside its node, on the address the others dial.
+    let control = if launch.rank == 0 {
+        Some(TcpListener::bind(SocketAddr::new(mine.ip(), 0)).map_err(failed)?)
+    } else {
+        None
+    };
+    let ctl_word = match &control {
+        Some(l) => l.local_addr().map_err(failed)?.to_string(),
+        None => "?".into(),
+    };
+    let deadline = Instant::now() + cfg.timeout;
+    let joined = exchange::exchange(
+        launch,
+        mine,
+        crate::transport::JobKey::from_env().map_err(failed)?,
+        Some(&ctl_word),
+        &env,
+        deadline,
+    )?;
+    let ctl_addr: SocketAddr = joined
+        .extra
+        .as_deref()
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| failed("rank 0 handed out no control address"))?;
+    let rank = Rank {
+        id: NodeId(u64::from(joined.launch.rank)),
+        members: (0..u64::from(joined.launch.size)).map(NodeId).collect(),
+        peers: joined.peers.without(NodeId(u64::from(joined.launch.rank))),
+        key: joined.key.clone(),
+        listen: SocketAddr::from(([0, 0, 0, 0], port)),
+        opts: cfg.opts.clone(),
+        membership: member_config(&cfg),
+    };
+    let key = joined.key.clone();
+    let rank_thread = std::thread::Builder::new()
+        .name("weft-rank".into())
+        .spawn(move || rank.serve(listener, ctl_addr, deadline))
+        .map_err(failed)?;
+    let Some(control) = control else {
+        rank_thread
+            .join()
+            .map_err(|_| failed("the rank's thread panicked"))??;
+        return Ok(None);
+    };
+    let launcher = joined.launch.launcher.to_string();
+    let mut driver = Driver::accept(control, &key, &cfg, deadline)?;
+    let steal = crate::engine::StealMeter::start();
+    let trials = driver.trials(&cfg, repeat, each);
+    driver.dismiss();
+    let trials = trials?;
+    let _ = rank_thread.join();
+    let mut report = summarize(&cfg, &trials, steal.pct());
+    report.ranks = Some(cfg.nodes);
+    report.launcher = Some(launcher);
+    report.placement = None;
+    Ok(Some(report))
+}
+
+/// One rank's side: a node it starts, crashes and restarts as rank 0 says.
+struct Rank {
+    id: NodeId,
+    members: Vec<NodeId>,
+    peers: HashMap<NodeId, SocketAddr>,
+    key: crate::transport::JobKey,
+    listen: SocketAddr,
+    opts: NodeOptions,
+    membership: crate::proto::membership::MembershipConfig,
+}
+
+impl Rank {
+    /// Connect to rank 0's control channel and do what it says until it lets this rank go.
+    fn serve(
+        self,
+        listener: std::net::TcpListener,
+        ctl: SocketAddr,
+        deadline: Instant,
+    ) -> Result<(), BenchError> {
+        let stream = loop {
+            match TcpStream::connect_timeout(&ctl, Duration::from_secs(5)) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(failed(format!("control channel at {ctl}: {e}")))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let (tx, mut rx) = split(stream, &self.key, Direction::Up)?;
+        let tx = Arc::new(Mutex::new(tx));
+        let send = |tx: &Arc<Mutex<ControlSender>>, v: Value| -> Result<(), BenchError> {
+            tx.lock().map_err(|_| failed("poisoned"))?.send(&v)?;
+            Ok(())
+        };
+        send(
+            &tx,
+            json!({"r": "hello", "rank": self.id.0, "boot": boot_id()}),
+        )?;
+        let mut listener = Some(listener);
+        let mut node: Option<NodeHandle<Membership>> = None;
+        loop {
+            let m = rx.recv(None)?;
+            match m["c"].as_str() {
+                Some("bind") => {
+                    if listener.is_none() {
+                        listener = Some(bind(self.listen)?);
+                    }
+                    send(&tx, json!({"r": "bound"}))?;
+                }
+                Some("start") => {
+                    let l = listener.take().ok_or_else(|| failed("start before bind"))?;
+                    let n = self.start(l, tx.clone())?;
+                    send(
+                        &tx,
+                        json!({"r": "started", "backend": n.backend.to_string()}),
+                    )?;
+                    node = Some(n);
+                }
+                Some("kill") => {
+                    // The time of the kill, not of its end: peers may see it before `kill`
+                    // returns.
+                    let at = monotonic_ns();
+                    if let Some(mut n) = node.take() {
+                        n.kill();
+                    }
+                    send(&tx, json!({"r": "killed", "ns": at}))?;
+                }
+                Some("stop") => {
+                    if let Some(mut n) = node.take() {
+                        let _ = n.stop();
+                    }
+                    send(&tx, json!({"r": "stopped"}))?;
+                }
+                Some("clock") => {
+                    send(
+                        &tx,
+                        json!({"r": "clock", "seq": m["seq"], "ns": monotonic_ns()}),
+                    )?;
+                }
+                Some("exit") => {
+                    if let Some(mut n) = node.take() {
+                        let _ = n.stop();
+                    }
+                    return Ok(());
+                }
+                _ => return Err(failed(format!("control: unexpected {m}"))),
+            }
+        }
+    }
+
+    /// A fresh node (a new incarnation, the whole job as its view) on `listener`; its events go
+    /// up the control channel as report lines.
+    fn start(
+        &self,
+        listener: std::net::TcpListener,
+        tx: Arc<Mutex<ControlSender>>,
+    ) -> Result<NodeHandle<Membership>, BenchError> {
+        let epoch = Instant::now();
+        let epoch_ns = monotonic_ns();
+        let opts = NodeOptions {
+            epoch: Some(epoch),
+            pin: false,
+            incarnation: crate::transport::incarnation_now(),
+            params: self.membership.params(self.members.len()),
+            ..self.opts.clone()
+        };
+        let (etx, erx) = channel();
+        let spec = NodeSpec {
+            id: self.id,
+            listener,
+            peers: self.peers.clone(),
+            key: self.key.clone(),
+            core: None,
+        };
+        let proto = Membership::new(self.id, self.members.clone(), self.membership);
+        let node = spawn(spec, &opts, proto, etx)?;
+        let id = self.id;
+        std::thread::spawn(move || {
+            for (_, e) in erx {
+                let Some(r) = report_of(id, epoch_ns, e) else {
+                    continue;
+                };
+                let line = json!({"r": "ev", "ev": r});
+                if tx.lock().map(|mut t| t.send(&line)).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(node)
+    }
+}
+
+/// This host's kernel boot id: processes that report the same one share `CLOCK_MONOTONIC`.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Rank 0's side: one control connection per rank, their messages on one channel.
+struct Driver {
+    down: Vec<ControlSender>,
+    up: Receiver<(u32, Value)>,
+    timeout: Duration,
+    /// Which ranks share rank 0's clock (the same boot id).
+    same_clock: Vec<bool>,
+}
+
+/// A rank's reported time put on rank 0's clock, with its error bound.
+#[derive(Clone, Copy, Default)]
+struct Offset {
+    ns: i128,
+    err_ns: u64,
+}
+
+impl Driver {
+    /// Take every rank's connection (its hello names it).
+    fn accept(
+        listener: TcpListener,
+        key: &crate::transport::JobKey,
+        cfg: &BenchConfig,
+        deadline: Instant,
+    ) -> Result<Self, BenchError> {
+        let n = cfg.nodes as usize;
+        listener.set_nonblocking(true).map_err(failed)?;
+        let (tx, up) = channel();
+        let mut down: Vec<Option<ControlSender>> = (0..n).map(|_| None).collect();
+        let mut same_clock = vec![false; n];
+        let ours = boot_id();
+        // `WEFT_CLOCK_SYNC=always` estimates every rank's offset, as for ranks on other hosts
+        // (to check the estimate where the true offset is known: zero).
+        let estimate_anyway = std::env::var("WEFT_CLOCK_SYNC").is_ok_and(|v| v == "always");
+        let mut pending: Vec<(ControlSender, ControlReceiver)> = Vec::new();
+        let mut named = 0;
+        while named < n {
+            if Instant::now() >= deadline {
+                return Err(BenchError::Timeout(
+                    cfg.timeout,
+                    format!("{} of {n} ranks on the control channel", named),
+                ));
+            }
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).map_err(failed)?;
+                    pending.push(split(s, key, Direction::Down)?);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+            // Hellos first, in order of arrival; a stranger's line ends only its connection.
+            for (s, mut r) in pending.drain(..) {
+                match r.recv(Some(Duration::from_secs(10))) {
+                    Ok(v) if v["r"] == "hello" => {
+                        let rank = v["rank"].as_u64().unwrap_or(u64::MAX) as usize;
+                        if rank < n && down[rank].is_none() {
+                            down[rank] = Some(s);
+                            same_clock[rank] =
+                                !ours.is_empty() && v["boot"] == ours.as_str() && !estimate_anyway;
+                            named += 1;
+                            let tx: Sender<(u32, Value)> = tx.clone();
+                            std::thread::spawn(move || {
+                                while let Ok(v) = r.recv(None) {
+                                    if tx.send((rank as u32, v)).is_err() {
+                                        return;
+                                    }
+                                }
+                            });
+                        }
+                    }
+                    Ok(_) | Err(_) => {}
+                }
+            }
+        }
+        Ok(Self {
+            down: down
+                .into_iter()
+                .map(|d| d.expect("every rank named"))
+                .collect(),
+            up,
+            timeout: cfg.timeout,
+            same_clock,
+        })
+    }
+
+    fn tell(&mut self, rank: usize, v: Value) -> Result<(), BenchError> {
+        self.down[rank].send(&v).map_err(Into::into)
+    }
+
+    fn tell_all(&mut self, v: Value) -> Result<(), BenchError> {
+        for r in 0..self.down.len() {
+            self.tell(r, v.clone())?;
+        }
+        Ok(())
+    }
+
+    /// The next message from any rank, within the phase's time.
+    fn next(&self, deadline: Instant, what: &str) -> Result<(u32, Value), BenchError> {
+        self.up
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .map_err(|_| BenchError::Timeout(self.timeout, what.to_string()))
+    }
+
+    /// Wait until every rank has answered `want` (events that come meanwhile go to `seen`).
+    fn all_say(&self, want: &str, seen: &mut Vec<(u32, Value)>) -> Result<Vec<Value>, BenchError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut got: HashMap<u32, Value> = HashMap::new();
+        while got.len() < self.down.len() {
+            let (r, v) = self.next(deadline, &format!("ranks answering {want}"))?;
+            if v["r"] == want {
+                got.insert(r, v);
+            } else {
+                seen.push((r, v));
+            }
+        }
+        Ok((0..self.down.len() as u32)
+            .map(|r| got.remove(&r).unwrap_or_default())
+            .collect())
+    }
+
+    /// Each rank's clock offset to this one (Cristian: the best of `tries` round trips).
+    fn offsets(
+        &mut self,
+        tries: u32,
+        seen: &mut Vec<(u32, Value)>,
+    ) -> Result<Vec<Offset>, BenchError> {
+        let mut best: Vec<Option<(u64, Offset)>> = vec![None; self.down.len()];
+        let mut seq = 0u64;
+        for (r, slot) in best.iter_mut().enumerate() {
+            if self.same_clock[r] {
+                *slot = Some((0, Offset::default()));
+                continue;
+            }
+            for _ in 0..tries {
+                seq += 1;
+                let t0 = monotonic_ns();
+                self.tell(r, json!({"c": "clock", "seq": seq}))?;
+                let deadline = Instant::now() + self.timeout;
+                let v = loop {
+                    let (who, v) = self.next(deadline, "a clock reply")?;
+                    if who as usize == r && v["r"] == "clock" && v["seq"] == seq {
+                        break v;
+                    }
+                    seen.push((who, v));
+                };
+                let t1 = monotonic_ns();
+                let theirs = v["ns"].as_u64().unwrap_or(0) as i128;
+                let rtt = t1.saturating_sub(t0);
+                let o = Offset {
+                    ns: theirs - (i128::from(t0) + i128::from(t1)) / 2,
+                    err_ns: rtt / 2,
+                };
+                if slot.is_none_or(|(b, _)| rtt < b) {
+                    *slot = Some((rtt, o));
+                }
+            }
+        }
+        Ok(best
+            .into_iter()
+            .map(|b| b.map(|(_, o)| o).unwrap_or_default())
+            .collect())
+    }
+
+    /// Run `repeat` trials, each on a fresh job.
+    fn trials(
+        &mut self,
+        cfg: &BenchConfig,
+        repeat: u32,
+        mut each: impl FnMut(u32, &Trial),
+    ) -> Result<Vec<Trial>, BenchError> {
+        let mut trials = Vec::new();
+        for rep in 0..repeat {
+            let t = self.trial(cfg, rep)?;
+            each(rep, &t);
+            trials.push(t);
+        }
+        Ok(trials)
+    }
+
+    /// One trial: a fresh job, its tree connected, the victims' nodes crashed, Ts measured.
+    fn trial(&mut self, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+        let plan = super::stabilize::plan(cfg, rep)?;
+        let survivors: Vec<u64> = plan.survivors().iter().map(|i| i.0).collect();
+        let Plan {
+            victims,
+            mut missing,
+            ..
+        } = plan;
+        let mut seen = Vec::new();
+        // Every rank's old node down, every port bound again, then every node up.
+        self.tell_all(json!({"c": "stop"}))?;
+        self.all_say("stopped", &mut seen)?;
+        self.tell_all(json!({"c": "bind"}))?;
+        self.all_say("bound", &mut seen)?;
+        seen.clear();
+        self.tell_all(json!({"c": "start", "trial": rep}))?;
+        let started = self.all_say("started", &mut seen)?;
+        let ran_on: Vec<String> = started
+            .iter()
+            .filter_map(|v| v["backend"].as_str().map(str::to_owned))
+            .collect();
+        let ev = |v: &Value| (v["r"] == "ev").then(|| v["ev"].clone());
+        let deadline = Instant::now() + self.timeout;
+        let mut pending = std::mem::take(&mut seen).into_iter();
+        while !missing.is_empty() {
+            let (who, v) = match pending.next() {
+                Some(x) => x,
+                None => self.next(
+                    deadline,
+                    &format!("{} tree connections between ranks missing", missing.len()),
+                )?,
+            };
+            if let Some(e) = ev(&v) {
+                if e["kind"] == "authenticated" {
+                    if let Some(p) = e["peer"].as_u64() {
+                        missing.remove(&(NodeId(u64::from(who)), NodeId(p)));
+                    }
+                }
+            }
+        }
+        std::thread::sleep(settle(cfg.nodes));
+        while self.up.try_recv().is_ok() {}
+        let offsets = self.offsets(4, &mut seen)?;
+        let on_ours = |who: u32, ns: u64| -> u64 {
+            (i128::from(ns) - offsets[who as usize].ns).max(0) as u64
+        };
+        for v in &victims {
+            self.tell(v.0 as usize, json!({"c": "kill"}))?;
+        }
+        let mut killed_at: Option<u64> = None;
+        let mut detected: Option<u64> = None;
+        let mut last_view: HashMap<u64, ((u64, u64), Vec<u64>)> = HashMap::new();
+        let mut decided: HashSet<u32> = HashSet::new();
+        let deadline = Instant::now() + self.timeout;
+        let mut pending = seen.into_iter();
+        let (epoch, stable_at) = loop {
+            let (who, v) = match pending.next() {
+                Some(x) => x,
+                None => self.next(
+                    deadline,
+                    &format!("no stabilization after killing {victims:?}"),
+                )?,
+            };
+            if v["r"] == "killed" {
+                let at = on_ours(who, v["ns"].as_u64().unwrap_or(0));
+                killed_at = Some(killed_at.map_or(at, |k| k.min(at)));
+                continue;
+            }
+            let Some(e) = ev(&v) else { continue };
+            let at = on_ours(who, e["mono_ns"].as_u64().unwrap_or(0));
+            match e["kind"].as_str() {
+                Some("detected") if detected.is_none_or(|d| at < d) => {
+                    detected = Some(at);
+                    decided.insert(who);
+                }
+                Some("view") => {
+                    let view: Vec<u64> =
+                        serde_json::from_value(e["view"].clone()).unwrap_or_default();
+                    let name = (
+                        e["epoch"].as_u64().unwrap_or(0),
+                        e["root"].as_u64().unwrap_or(u64::MAX),
+                    );
+                    last_view.insert(u64::from(who), (name, view));
+                }
+                Some("stabilized") => {
+                    let name = (e["epoch"].as_u64().unwrap_or(0), u64::from(who));
+                    if last_view
+                        .get(&u64::from(who))
+                        .is_some_and(|(x, v)| *x == name && *v == survivors)
+                    {
+                        decided.insert(who);
+                        break (name, at);
+                    }
+                }
+                _ => {}
+            }
+        };
+        // The survivors' view reports travel other connections: give them a moment.
+        let grace = Instant::now() + Duration::from_millis(500);
+        while survivors
+            .iter()
+            .any(|s| last_view.get(s).is_none_or(|(e, _)| *e != epoch))
+        {
+            let Ok((who, v)) = self.next(grace, "") else {
+                break;
+            };
+            if let Some(e) = ev(&v) {
+                if e["kind"] == "view" {
+                    let view: Vec<u64> =
+                        serde_json::from_value(e["view"].clone()).unwrap_or_default();
+                    let name = (
+                        e["epoch"].as_u64().unwrap_or(0),
+                        e["root"].as_u64().unwrap_or(u64::MAX),
+                    );
+                    last_view.insert(u64::from(who), (name, view));
+                }
+            }
+        }
+        let views_agree = survivors.iter().all(|s| {
+            last_view
+                .get(s)
+                .is_some_and(|(e, v)| *e == epoch && *v == survivors)
+        });
+        let detected = detected.unwrap_or(stable_at);
+        let clock_err = decided
+            .iter()
+            .chain(
+                victims
+                    .iter()
+                    .map(|v| v.0 as u32)
+                    .collect::<Vec<_>>()
+                    .iter(),
+            )
+            .map(|&r| offsets[r as usize].err_ns)
+            .max()
+            .unwrap_or(0);
+        Ok(Trial {
+            victims,
+            ts: Duration::from_nanos(stable_at.saturating_sub(detected)),
+            detect: Duration::from_nanos(detected.saturating_sub(killed_at.unwrap_or(detected))),
+            epochs: epoch.0,
+            views_agree,
+            cpu: None,
+            backend: crate::transport::backend_name(&ran_on),
+            clock_err: Some(Duration::from_nanos(clock_err)),
+        })
+    }
+
+    /// Stop every rank's node and let the ranks go.
+    fn dismiss(&mut self) {
+        let _ = self.tell_all(json!({"c": "exit"}));
+    }
+}

@@ -1,0 +1,25 @@
+//! Experiments and their floors: what weft measures about itself, kept apart from the
+//! embeddable API (`transport`). Each one runs the real engine, the simulator or both, and
+//! reports figures beside a peer or a floor measured in the same run.
+//!
+//! - [`scenario`]: which processes fail and what a trial waits for (shared by all of them);
+//! - [`stabilize`]: Ts after a real failure or join on in-process nodes (the main job), and
+//!   [`procs`], the same with one `weft node` process per node, and [`launched`], the same
+//!   under a real launcher (`srun`, `mpirun`, `mpiexec.hydra`), rank 0 driving the trials
+//!   over [`control`];
+//! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
+//! - [`ping`]: engine ping-pong against a std busy-poll loop;
+//! - [`relay`]: the per-message CPU cost of the contention model;
+//! - [`validate`]: the ICS'06 latency models against the measured Ts;
+//! - [`ida`]: the coding core's throughput beside `memcpy` (and ISA-L).
+
+pub mod bare_wave;
+pub mod control;
+pub mod ida;
+pub mod launched;
+pub mod ping;
+pub mod procs;
+pub mod relay;
+pub mod scenario;
+pub mod stabilize;
+pub mod validate;

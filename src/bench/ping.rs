@@ -1,0 +1,331 @@
+//! `weft ping`: one-way latency and bandwidth between two engine nodes on loopback, pinned to
+//! two cores, and the same ping-pong over plain std sockets with busy polling (the peer every
+//! figure is compared with, in the same run).
+
+use crate::engine::reactor::NodeEvent;
+use crate::engine::{EngineError, StealMeter, StealTally};
+use crate::metrics::{histogram, median_interval, summarize, MedianInterval};
+use crate::proto::ping::PingPong;
+use crate::proto::Event;
+use crate::transport::{Cluster, NodeOptions};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// One size's figures (a JSON line of `weft ping --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct PingRow {
+    /// Payload bytes.
+    pub size: usize,
+    /// `poll`, `uring`, or `std-busy` for the peer.
+    pub backend: String,
+    /// Wait mode (`busy` for the peer).
+    pub wait: String,
+    /// One-way latency (RTT / 2), median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+    /// `size / mean one-way time`, MB/s.
+    pub mb_per_s: f64,
+    /// Timed round trips.
+    pub iters: u64,
+    /// The TCP congestion control of the row's connections (see `engine::congestion`).
+    pub congestion: String,
+    /// CPU time the hypervisor stole during this backend's run, % of all CPUs' time.
+    pub steal_pct: Option<f64>,
+    /// weft's frames carried a MAC (`--bulk-mac`); false for the peer, which has none.
+    pub bulk_mac: bool,
+    /// With `--compare`, on weft's rows: weft's p50 over the peer's, one ratio per round
+    /// (both met the same spell of the host), as their median and its 95% interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ratio: Option<MedianInterval>,
+    /// Likewise weft's MB/s over the peer's (higher is better).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mb_ratio: Option<MedianInterval>,
+}
+
+fn rows_from(
+    rtts: &HashMap<usize, Vec<u64>>,
+    sizes: &[usize],
+    backend: &str,
+    wait: &str,
+    congestion: &str,
+    steal_pct: Option<f64>,
+) -> Vec<PingRow> {
+    sizes
+        .iter()
+        .filter_map(|&size| {
+            let v = rtts.get(&size)?;
+            let mut h = histogram();
+            for &rtt in v {
+                h.record((rtt / 2).max(1)).ok()?;
+            }
+            let s = summarize(&h);
+            Some(PingRow {
+                size,
+                backend: backend.into(),
+                wait: wait.into(),
+                p50_us: s.p50_us,
+                p99_us: s.p99_us,
+                p999_us: s.p999_us,
+                mb_per_s: size as f64 / s.mean_us.max(1e-9),
+                iters: s.count,
+                congestion: congestion.into(),
+                steal_pct,
+                p50_ratio: None,
+                mb_ratio: None,
+                bulk_mac: false,
+            })
+        })
+        .collect()
+}
+
+/// Ping-pong between two engine nodes, with `opts`' wait mode, backend and zero-copy
+/// threshold (pinned, one reactor per node's core).
+pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<PingRow>, EngineError> {
+    let steal = StealMeter::start();
+    let (rtts, backend) = engine_rtts(sizes, iters, opts.clone())?;
+    let congestion = crate::engine::congestion::resolve(opts.reactor.congestion.as_deref())?;
+    let mut rows = rows_from(
+        &rtts,
+        sizes,
+        &backend,
+        &opts.reactor.wait.to_string(),
+        &congestion,
+        steal.pct(),
+    );
+    rows.iter_mut().for_each(|r| r.bulk_mac = opts.bulk_mac);
+    Ok(rows)
+}
+
+/// weft and the std peer ([`std_busy_poll_rtts`]) taking turns: `rounds` rounds, each running
+/// weft's ping-pong and then the peer's for about `iters / rounds` round trips per size. A
+/// shared host's slow and fast spells last from a fraction of a second to seconds, so with
+/// turns both sides meet the same ones and their ratio holds; run one after the other, a
+/// spell can fall on one side alone. Each round also gives a ratio of its own, and weft's rows
+/// carry their median and its interval ([`PingRow::p50_ratio`]): a spell that lasts a round
+/// moves one ratio, not the pooled figures of one side. The peer's connections use
+/// `peer_congestion` (`None`: the system's default; pass `opts.reactor.congestion` to compare the
+/// engines alone). Returns weft's rows and the peer's.
+pub fn compare(
+    sizes: &[usize],
+    iters: u64,
+    rounds: u64,
+    opts: NodeOptions,
+    peer_congestion: Option<&str>,
+) -> Result<(Vec<PingRow>, Vec<PingRow>), EngineError> {
+    use crate::engine::congestion::resolve;
+    let our_cc = resolve(opts.reactor.congestion.as_deref())?;
+    let peer_cc = resolve(peer_congestion)?;
+    let rounds = rounds.clamp(1, iters.max(1));
+    let (mut ours, mut peers) = (HashMap::new(), HashMap::new());
+    let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
+    let mut per_round: HashMap<usize, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    let wait = opts.reactor.wait.to_string();
+    // What each round's reactors ran on (the same, unless some fell back to poll).
+    let mut ran_on = Vec::new();
+    for r in 0..rounds {
+        // Spread the remainder so that the rounds add up to `iters`.
+        let n = iters / rounds + u64::from(r < iters % rounds);
+        let steal = StealMeter::start();
+        let (our, backend) = engine_rtts(sizes, n, opts.clone())?;
+        our_steal = our_steal.with(&steal);
+        let steal = StealMeter::start();
+        let peer = std_busy_poll_rtts(sizes, n, peer_congestion)?;
+        peer_steal = peer_steal.with(&steal);
+        let ours_now = rows_from(&our, sizes, &backend, &wait, &our_cc, None);
+        ran_on.push(backend);
+        let peer_now = rows_from(&peer, sizes, "std-busy", "busy", &peer_cc, None);
+        for (o, p) in ours_now.iter().zip(&peer_now) {
+            let (p50, mb) = per_round.entry(o.size).or_default();
+            p50.push(o.p50_us / p.p50_us);
+            mb.push(o.mb_per_s / p.mb_per_s);
+        }
+        merge(&mut ours, our);
+        merge(&mut peers, peer);
+    }
+    let backend = crate::transport::backend_name(&ran_on);
+    let mut weft = rows_from(&ours, sizes, &backend, &wait, &our_cc, our_steal.pct());
+    for row in &mut weft {
+        row.bulk_mac = opts.bulk_mac;
+        if let Some((p50, mb)) = per_round.get(&row.size) {
+            row.p50_ratio = median_interval(p50);
+            row.mb_ratio = median_interval(mb);
+        }
+    }
+    Ok((
+        weft,
+        rows_from(
+            &peers,
+            sizes,
+            "std-busy",
+            "busy",
+            &peer_cc,
+            peer_steal.pct(),
+        ),
+    ))
+}
+
+fn merge(into: &mut HashMap<usize, Vec<u64>>, from: HashMap<usize, Vec<u64>>) {
+    for (size, rtts) in from {
+        into.entry(size).or_default().extend(rtts);
+    }
+}
+
+/// [`engine`]'s raw round-trip times in nanoseconds, per size, and what the two nodes ran on
+/// ([`Cluster::backend_name`]).
+fn engine_rtts(
+    sizes: &[usize],
+    iters: u64,
+    opts: NodeOptions,
+) -> Result<(HashMap<usize, Vec<u64>>, String), EngineError> {
+    let opts = NodeOptions { pin: true, ..opts };
+    let warmup = (iters / 10).clamp(10, 1000);
+    let plan = sizes.to_vec();
+    let cluster = Cluster::start(2, opts, move |i, ids| {
+        if i == 0 {
+            PingPong::pinger(ids[1], plan.clone(), iters, warmup)
+        } else {
+            PingPong::ponger()
+        }
+    })?;
+    loop {
+        match cluster.events.recv_timeout(Duration::from_secs(60)) {
+            Ok((_, NodeEvent::Protocol(Event::Done))) => break,
+            Ok((_, NodeEvent::Suspect(p))) => {
+                return Err(EngineError::Io(std::io::Error::other(format!(
+                    "lost {p} during ping"
+                ))));
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(EngineError::Io(std::io::Error::other(
+                    "ping stalled for 60 s",
+                )))
+            }
+        }
+    }
+    let backend = cluster.backend_name();
+    let pinger = cluster
+        .stop_all()?
+        .into_iter()
+        .next()
+        .ok_or(EngineError::Gone)?;
+    let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();
+    for &(size, rtt) in pinger.samples() {
+        rtts.entry(size).or_default().push(rtt);
+    }
+    Ok((rtts, backend))
+}
+
+fn pin(core: usize) {
+    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+}
+
+/// A peer's message buffer of `len` bytes of `fill`, starting on a page. On AMD Zen the
+/// kernel's copy into user space runs at half speed or worse when the destination is 8..24
+/// bytes past the source's page offset (4K aliasing, see `wire::decoder`), and `vec!` puts a
+/// large buffer 16 bytes into a page, which is that case. A page start gives the peers their
+/// fastest copies, as weft's receive buffers have.
+pub fn page_buffer(len: usize, fill: u8) -> rkyv::util::AlignedVec<{ crate::buf::PAGE }> {
+    let mut buf = rkyv::util::AlignedVec::with_capacity(len);
+    buf.resize(len, fill);
+    buf
+}
+
+/// Read exactly `buf.len()` bytes from a non-blocking socket, spinning (the peers' receives).
+pub fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.read(&mut buf[at..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `buf` to a non-blocking socket, spinning (the peers' sends: no engine, no
+/// queue).
+pub fn spin_write(s: &mut impl Write, buf: &[u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.write(&buf[at..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The peer: the same ping-pong over std `TcpStream`s, non-blocking and busy-polled, each end
+/// pinned like the engine's nodes, with TCP congestion control `congestion` (`None`: the
+/// system's default). An 8-byte length prefix frames each message. Returns the round-trip
+/// times in nanoseconds, per size.
+pub fn std_busy_poll_rtts(
+    sizes: &[usize],
+    iters: u64,
+    congestion: Option<&str>,
+) -> std::io::Result<HashMap<usize, Vec<u64>>> {
+    let server_cc = congestion.map(str::to_string);
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let warmup = (iters / 10).clamp(10, 1000);
+    let plan: Vec<usize> = sizes.to_vec();
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(1);
+        let (mut s, _) = listener.accept()?;
+        crate::engine::congestion::apply(&s, server_cc.as_deref());
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        let mut buf = page_buffer(max + 8, 0);
+        loop {
+            let mut len = [0u8; 8];
+            match spin_read(&mut s, &mut len) {
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(()),
+                r => r?,
+            }
+            let n = u64::from_le_bytes(len) as usize;
+            buf[..8].copy_from_slice(&len);
+            spin_read(&mut s, &mut buf[8..8 + n])?;
+            spin_write(&mut s, &buf[..8 + n])?;
+        }
+    });
+    pin(0);
+    let mut s = TcpStream::connect(addr)?;
+    crate::engine::congestion::apply(&s, congestion);
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    let mut rtts: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut msg = page_buffer(max + 8, 0x5a);
+    let mut back = page_buffer(max + 8, 0);
+    for &size in &plan {
+        msg[..8].copy_from_slice(&(size as u64).to_le_bytes());
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            spin_write(&mut s, &msg[..8 + size])?;
+            spin_read(&mut s, &mut back[..8 + size])?;
+            if i >= warmup {
+                rtts.entry(size)
+                    .or_default()
+                    .push(t.elapsed().as_nanos() as u64);
+            }
+        }
+    }
+    drop(s);
+    server
+        .join()
+        .map_err(|_| std::io::Error::other("peer thread panicked"))??;
+    Ok(rtts)
+}

@@ -1,0 +1,248 @@
+//! The stabilization trial with one OS process per node: `weft node` processes on loopback,
+//! a victim killed with SIGKILL, Ts from the processes' own CLOCK_MONOTONIC-stamped reports.
+//!
+//! The launcher starts N copies of the `weft` executable, reads the address each one bound,
+//! hands every one the peer list on stdin, waits until both ends of every tree edge and
+//! standby pair report `authenticated`, lets the start-up traffic drain, kills, and reads
+//! reports until the root reports the stabilization of a view equal to the survivors.
+
+use super::scenario::Plan;
+use super::stabilize::{plan, BenchConfig, BenchError, Trial};
+use crate::bootstrap::{stdio, PeerList};
+use crate::engine::{forced_backend, monotonic_ns};
+use crate::transport::JobKey;
+use crate::NodeId;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// The node processes of one trial; all killed when dropped.
+struct Job {
+    children: Vec<Option<Child>>,
+    reports: Receiver<(u64, serde_json::Value)>,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn failed(what: impl std::fmt::Display) -> BenchError {
+    BenchError::Config(format!("node processes: {what}"))
+}
+
+/// Have the child die with its launcher, however the launcher ends (SIGINT, SIGTERM, SIGKILL:
+/// `Job`'s drop runs only for the first two, and only if they unwind): the kernel sends it
+/// SIGKILL when the thread that started it exits (`PR_SET_PDEATHSIG`). A launcher that died
+/// before the child got that far is noticed by the parent id having changed.
+fn dies_with_launcher(cmd: &mut Command) {
+    // SAFETY: getpid has no preconditions.
+    let launcher = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the child between fork and exec, and makes only
+    // async-signal-safe calls (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != launcher {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Start the processes and give each the others' addresses.
+fn start(exe: &Path, cfg: &BenchConfig, backend: Option<&str>) -> Result<Job, BenchError> {
+    let key = JobKey::generate().map_err(failed)?;
+    let (tx, rx) = channel();
+    let mut job = Job {
+        children: Vec::new(),
+        reports: rx,
+    };
+    let mut addrs = HashMap::new();
+    for id in 0..cfg.nodes as u64 {
+        let mut cmd = Command::new(exe);
+        cmd.args(["node", "--id", &id.to_string(), "--nodes"])
+            .arg(cfg.nodes.to_string())
+            .args(["--peers-stdin", "--radix", &cfg.radix.to_string()])
+            .args(backend.map(|b| ["--backend", b]).into_iter().flatten())
+            .args(["--wait", &cfg.opts.reactor.wait.to_string()])
+            .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
+            .args(["--batch-us", &cfg.batch.as_micros().to_string()])
+            .args(["--orphan-hold-us", &cfg.orphan_hold.as_micros().to_string()])
+            .env("WEFT_JOB_KEY", key.to_hex())
+            .env_remove("WEFT_BACKEND")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        dies_with_launcher(&mut cmd);
+        let mut c = cmd
+            .spawn()
+            .map_err(|e| failed(format!("start {}: {e}", exe.display())))?;
+        let stdout = c.stdout.take().ok_or_else(|| failed("no stdout"))?;
+        job.children.push(Some(c));
+        let mut out = BufReader::new(stdout);
+        let mut first = String::new();
+        out.read_line(&mut first).map_err(failed)?;
+        let addr =
+            stdio::parse_listening(first.trim()).map_err(|e| failed(format!("node {id}: {e}")))?;
+        addrs.insert(NodeId(id), addr);
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    if tx.send((id, v)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    let peers = PeerList::from_map(addrs);
+    for c in job.children.iter_mut().flatten() {
+        let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
+        stdio::send_peers(stdin, &peers).map_err(failed)?;
+    }
+    Ok(job)
+}
+
+/// Run one trial with a process per node, the `weft` executable at `exe`.
+pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
+    let plan = plan(cfg, rep)?;
+    let survivors: Vec<u64> = plan.survivors().iter().map(|i| i.0).collect();
+    let Plan {
+        victims,
+        mut missing,
+        ..
+    } = plan;
+    let n = cfg.nodes;
+    // A forced backend is handed to every process; otherwise each chooses (and may fall
+    // back) on its own, and says what it runs on in its `started` report.
+    let forced = forced_backend(cfg.opts.backend)?.map(|b| b.to_string());
+    let mut job = start(exe, cfg, forced.as_deref())?;
+    let mut ran_on = Vec::new();
+    let next = |job: &Job, deadline: Instant| {
+        job.reports
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+    };
+
+    let deadline = Instant::now() + cfg.timeout;
+    while !missing.is_empty() {
+        let Some((who, r)) = next(&job, deadline) else {
+            return Err(BenchError::Timeout(
+                cfg.timeout,
+                format!(
+                    "{} connections between node processes missing",
+                    missing.len()
+                ),
+            ));
+        };
+        started(&r, &mut ran_on);
+        if r["kind"] == "authenticated" {
+            if let Some(p) = r["peer"].as_u64() {
+                missing.remove(&(NodeId(who), NodeId(p)));
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(20) + Duration::from_micros(200) * n);
+    // Start-up chatter.
+    while let Ok((_, r)) = job.reports.try_recv() {
+        started(&r, &mut ran_on);
+    }
+
+    let killed_at = monotonic_ns();
+    for v in &victims {
+        if let Some(c) = job.children[v.0 as usize].as_mut() {
+            let _ = c.kill(); // SIGKILL
+        }
+    }
+    let mut detected: Option<u64> = None;
+    // Each process's last view: its name (epoch, root) and its ids.
+    let mut last_view: HashMap<u64, ((u64, u64), Vec<u64>)> = HashMap::new();
+    let view_of = |r: &serde_json::Value| {
+        let view: Vec<u64> = serde_json::from_value(r["view"].clone()).unwrap_or_default();
+        let name = (
+            r["epoch"].as_u64().unwrap_or(0),
+            r["root"].as_u64().unwrap_or(u64::MAX),
+        );
+        (name, view)
+    };
+    let deadline = Instant::now() + cfg.timeout;
+    let (epoch, stable_at) = loop {
+        let Some((who, r)) = next(&job, deadline) else {
+            return Err(BenchError::Timeout(
+                cfg.timeout,
+                format!("no stabilization after killing processes {victims:?}"),
+            ));
+        };
+        let at = r["mono_ns"].as_u64().unwrap_or(0);
+        match r["kind"].as_str() {
+            Some("detected") => detected = Some(detected.map_or(at, |d| d.min(at))),
+            Some("view") => {
+                last_view.insert(who, view_of(&r));
+            }
+            Some("stabilized") => {
+                let e = (r["epoch"].as_u64().unwrap_or(0), who);
+                if last_view
+                    .get(&who)
+                    .is_some_and(|(x, v)| *x == e && *v == survivors)
+                {
+                    break (e, at);
+                }
+            }
+            _ => {}
+        }
+    };
+    // Each survivor's view report was written before its acknowledgment left it, but the
+    // reports of different processes come through different pipes: give them a moment.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while survivors
+        .iter()
+        .any(|s| last_view.get(s).is_none_or(|(e, _)| *e != epoch))
+    {
+        let Some((who, r)) = next(&job, deadline) else {
+            break;
+        };
+        if r["kind"] == "view" {
+            last_view.insert(who, view_of(&r));
+        }
+    }
+    let views_agree = survivors.iter().all(|s| {
+        last_view
+            .get(s)
+            .is_some_and(|(e, v)| *e == epoch && *v == survivors)
+    });
+    let epoch = epoch.0;
+    let detected = detected.unwrap_or(stable_at);
+    Ok(Trial {
+        victims,
+        ts: Duration::from_nanos(stable_at.saturating_sub(detected)),
+        detect: Duration::from_nanos(detected.saturating_sub(killed_at)),
+        epochs: epoch,
+        views_agree,
+        // Other processes' CPU is not this process's to read.
+        cpu: None,
+        backend: crate::transport::backend_name(&ran_on),
+        clock_err: None,
+    })
+}
+
+/// If `r` is a process's `started` report, note the backend it runs on in `ran_on`.
+fn started(r: &serde_json::Value, ran_on: &mut Vec<String>) {
+    if r["kind"] != "started" {
+        return;
+    }
+    if let Some(b) = r["backend"].as_str() {
+        ran_on.push(b.to_owned());
+    }
+}

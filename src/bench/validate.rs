@@ -1,0 +1,235 @@
+//! `weft model validate`: measure the models' parameters on this machine, run the real
+//! stabilization sweep, and compare every model with the measurement at every N.
+//!
+//! Parameters: `L` is the engine's one-way latency (ping-pong, 32 B, same backend and wait
+//! mode as the sweep); `Ocp` is the local recalculation time (the sans-IO protocol handling a
+//! `FailedNode` for every process of a job of N, timed); `c` is the per-message CPU cost on the
+//! engine under load (the relay ring at the same N); `M`, the messages of a stabilization, is
+//! counted by the simulator for the same failures.
+
+use super::stabilize::{self as bench, BenchConfig, BenchError};
+use super::{ping, relay};
+use crate::engine::EngineError;
+use crate::model::latency;
+use crate::proto::membership::{MemberMsg, Membership, MembershipConfig, Regroup, TreeMode};
+use crate::proto::{Outbox, Protocol, Time};
+use crate::sim::stabilize::{self as sim, NetKind, StabilizeConfig};
+use crate::topology::radix::RadixTree;
+use crate::topology::torus::Torus;
+use crate::NodeId;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// One N of the validation (a JSON line of `weft model validate --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidateRow {
+    /// Nodes.
+    pub nodes: u32,
+    /// Radix.
+    pub radix: u32,
+    /// Tree height H.
+    pub height: u32,
+    /// Backend of the real runs.
+    pub backend: String,
+    /// Trials.
+    pub repeat: u32,
+    /// Measured Ts: mean, µs.
+    pub ts_mean_us: f64,
+    /// Half-width of its 99% confidence interval, µs.
+    pub ci99_us: Option<f64>,
+    /// Measured Ts: median, µs.
+    pub ts_p50_us: f64,
+    /// Measured Ts: 99th percentile, µs.
+    pub ts_p99_us: f64,
+    /// L: one-way latency, µs.
+    pub l_us: f64,
+    /// Ocp: local recalculation, µs.
+    pub ocp_us: f64,
+    /// c: CPU per message under load, µs.
+    pub c_us: f64,
+    /// Cores the nodes share.
+    pub cores: u32,
+    /// M: messages of one stabilization (simulator count, mean over the trials' failures).
+    pub messages: f64,
+    /// CPU the process spent on one stabilization (kill to observed stabilization), mean, µs.
+    pub stab_cpu_us: Option<f64>,
+    /// That CPU per message, `stab_cpu / M`, µs: the `c` the stabilization really paid.
+    pub c_stab_us: Option<f64>,
+    /// Base model, µs.
+    pub base_us: f64,
+    /// Distance model (8×8×8 torus, XYZ), µs.
+    pub distance_us: f64,
+    /// Contention model, µs.
+    pub contention_us: f64,
+    /// |base − mean| / mean.
+    pub base_err: f64,
+    /// |distance − mean| / mean.
+    pub distance_err: f64,
+    /// |contention − mean| / mean.
+    pub contention_err: f64,
+    /// CPU time the hypervisor took during the sweep point, % of all CPUs' time.
+    pub steal_pct: Option<f64>,
+    /// Every trial's survivors agreed on one view.
+    pub views_agree: bool,
+}
+
+/// Ocp: mean time for one process of a job of `n` to handle the `FailedNode` of a single inner
+/// failure (recalculate its neighbors, install the view, queue its messages), µs.
+pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
+    let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+    let cfg = MembershipConfig {
+        radix,
+        mode,
+        probe: None,
+        warm: false,
+        batch: std::time::Duration::ZERO,
+        orphan_hold: crate::proto::membership::ORPHAN_HOLD,
+    };
+    // The victim: the last inner node (a leaf in a job too small to have one).
+    let victim = RadixTree::new(n, radix)
+        .ok()
+        .and_then(|t| {
+            (1..n)
+                .rev()
+                .find(|&r| t.children(crate::Rank(r)).next().is_some())
+        })
+        .unwrap_or(n.saturating_sub(1));
+    // Ids are 0..n, so the victim's id is its position.
+    let dead = vec![victim];
+    let mut out: Outbox<MemberMsg> = Outbox::new();
+    let mut total = Duration::ZERO;
+    let mut count = 0u32;
+    // At least ~2000 recalculations, so small jobs are timed over many.
+    let rounds = (2000 / n.max(1)).max(1);
+    for _ in 0..rounds {
+        let mut nodes: Vec<Membership> = ids
+            .iter()
+            .filter(|id| id.0 != victim as u64)
+            .map(|&id| Membership::new(id, ids.clone(), cfg))
+            .collect();
+        let t0 = Instant::now();
+        for m in nodes.iter_mut() {
+            let msg = MemberMsg::FailedNode(Regroup {
+                epoch: 1,
+                dead: dead.clone(),
+                appended: Vec::new(),
+                root: NodeId(0),
+            });
+            m.on_message(Time::ZERO, NodeId(0), msg, &mut out);
+            out.drain().for_each(drop);
+        }
+        total += t0.elapsed();
+        count += nodes.len() as u32;
+    }
+    total.as_secs_f64() * 1e6 / count.max(1) as f64
+}
+
+/// Messages of a stabilization for the failures trials `0..repeat` draw, counted by the
+/// simulator (the same victims: trial `r` uses seed `seed + r`).
+pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
+    let mut total = 0u64;
+    for r in 0..repeat.max(1) {
+        let plan = super::scenario::plan(cfg.nodes, cfg.radix, Some(&cfg.fail), cfg.seed, r)?;
+        let run = sim::run(&StabilizeConfig {
+            nodes: cfg.nodes,
+            radix: cfg.radix,
+            mode: cfg.mode,
+            victims: plan.victims,
+            kill_gap: Duration::ZERO,
+            label: cfg.fail.to_string(),
+            net: NetKind::Constant,
+            latency: Duration::from_micros(1),
+            ocp: Duration::ZERO,
+            send: Duration::ZERO,
+            seed: cfg.seed.wrapping_add(r as u64),
+            probe: None,
+            batch: Duration::ZERO,
+            orphan_hold: cfg.orphan_hold,
+        })?;
+        total += run.msgs;
+    }
+    Ok(total as f64 / repeat.max(1) as f64)
+}
+
+/// The engine's parameters for one N: L (ping) and c (relay).
+pub fn measure_engine(cfg: &BenchConfig) -> Result<(f64, f64, u32), EngineError> {
+    let rows = ping::engine(&[32], 2000, cfg.opts.clone())?;
+    let l = rows.first().map_or(f64::NAN, |r| r.p50_us);
+    let tokens = cfg.nodes.min(64);
+    let laps = (50_000 / (tokens as u64 * cfg.nodes as u64)).max(3);
+    let r = relay::per_message_cost(cfg.nodes, tokens, laps, &cfg.opts)?;
+    Ok((l, r.c_us, r.reactors))
+}
+
+/// Validate at one N: parameters, the real sweep point, the three models.
+pub fn validate(cfg: &BenchConfig, repeat: u32) -> Result<ValidateRow, BenchError> {
+    let (l, c, cores) = measure_engine(cfg)?;
+    let ocp = measure_ocp(cfg.nodes, cfg.radix, cfg.mode);
+    let messages = count_messages(cfg, repeat).map_err(BenchError::Config)?;
+    let report = bench::run(cfg, repeat, |_, _| {})?;
+    let h = report.height;
+    let base = latency::base(l, ocp, h);
+    let distance = latency::distance(l, ocp, cfg.nodes, cfg.radix, Torus::MIDPLANE);
+    let load = latency::Load {
+        messages: messages.round() as u64,
+        c_us: c,
+        processes: cfg.nodes.saturating_sub(cfg.fail.killed() as u32),
+        ocp_us: ocp,
+    };
+    let contention = latency::contention(base, load, cores);
+    let m = report.ts_mean_us;
+    Ok(ValidateRow {
+        nodes: cfg.nodes,
+        radix: cfg.radix,
+        height: h,
+        backend: report.backend.clone(),
+        repeat,
+        ts_mean_us: m,
+        ci99_us: report.ci99_us,
+        ts_p50_us: report.ts_p50_us,
+        ts_p99_us: report.ts_p99_us,
+        l_us: l,
+        ocp_us: ocp,
+        c_us: c,
+        cores,
+        messages,
+        stab_cpu_us: report.cpu_mean_us,
+        c_stab_us: report.cpu_mean_us.map(|c| c / messages.max(1.0)),
+        base_us: base,
+        distance_us: distance,
+        contention_us: contention,
+        base_err: latency::relative_error(base, m),
+        distance_err: latency::relative_error(distance, m),
+        contention_err: latency::relative_error(contention, m),
+        steal_pct: report.steal_pct,
+        views_agree: report.views_agree,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::scenario::Fail;
+
+    #[test]
+    fn ocp_is_measured_and_grows_with_the_view() {
+        let small = measure_ocp(16, 4, TreeMode::Patch);
+        let large = measure_ocp(4096, 4, TreeMode::Patch);
+        assert!(small > 0.0 && small.is_finite());
+        // Installing a view copies it: a 256x larger view cannot be cheaper to install.
+        assert!(large > small, "{small} vs {large}");
+    }
+
+    #[test]
+    fn messages_of_a_single_failure_are_about_two_per_survivor() {
+        let cfg = BenchConfig {
+            timeout: Duration::from_secs(1),
+            ..BenchConfig::new(64, 4, TreeMode::Patch, Fail::Leaf, 3, Default::default())
+        };
+        let m = count_messages(&cfg, 4).unwrap();
+        // FailedNode down and FailureAck up each of the 62 edges of the new tree, plus the
+        // detector's NodeFailure and the root's FailureDetAck (no leaf of a 64-node radix-4
+        // tree hangs off the root, so the detector is never the root itself).
+        assert_eq!(m, 2.0 * 62.0 + 2.0, "{m}");
+    }
+}

@@ -1,0 +1,67 @@
+//! How a protocol's messages travel, said once per protocol.
+//!
+//! Every protocol's message type derives its rkyv archive itself (`#[derive(Archive,
+//! Serialize, Deserialize)]`: a derive is not I/O, protocols still never touch a socket) and
+//! implements [`Message`] to name its protocol with a [`Tag`]. The wire frames any such type
+//! without knowing which it is (`wire::Framed` is implemented for all of them), and the
+//! receiver validates the archive and reads it where it lies. So a message is written once:
+//! no twin enum on the wire, no conversions in either direction.
+
+use crate::buf::Payload;
+
+/// Which protocol a frame's message belongs to: a byte of the frame header. A node runs one
+/// protocol type; a frame tagged for another is refused and its connection closed.
+pub type Tag = u8;
+
+/// A protocol's message type, as the wire sees it.
+pub trait Message: Sized + Send + 'static {
+    /// This protocol's tag, unique among weft's protocols (see [`TAGS`]).
+    const TAG: Tag;
+    /// The protocol's name, for refusals ("a ping frame on a membership connection").
+    const NAME: &'static str;
+    /// Bulk data (large payloads, e.g. ping-pong): its frames carry a MAC only when the
+    /// connection asked for bulk integrity, since hashing megabytes costs more than moving
+    /// them. Control messages (membership, overlay, broadcast) always carry one.
+    const BULK: bool = false;
+
+    /// The payload a sender may splice into its send queue by reference instead of copying
+    /// (the bytes the serializer will meet); `None` for messages without one.
+    fn payload(&self) -> Option<&Payload> {
+        None
+    }
+}
+
+/// Every tag in use and its protocol, kept here so that a new protocol picks a free one (a
+/// test checks that each message type's [`Message::TAG`] is the one listed). weft's own
+/// protocols take tags below [`APP_TAGS`]; the rest are left to applications that embed weft
+/// with messages of their own (`examples/embed.rs`).
+pub const TAGS: &[(Tag, &str)] = &[(1, "ping"), (2, "overlay"), (3, "relay"), (4, "membership")];
+
+/// The first tag left to applications.
+pub const APP_TAGS: Tag = 128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed<M: Message>() -> bool {
+        TAGS.contains(&(M::TAG, M::NAME))
+    }
+
+    #[test]
+    fn tags_are_unique_and_every_message_type_is_listed() {
+        let mut tags: Vec<Tag> = TAGS.iter().map(|t| t.0).collect();
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), TAGS.len(), "two protocols share a tag");
+        assert!(!tags.contains(&0), "0 marks frames that carry no message");
+        assert!(
+            tags.iter().all(|&t| t < APP_TAGS),
+            "weft's tags stay below the applications'"
+        );
+        assert!(listed::<crate::proto::ping::PingMsg>());
+        assert!(listed::<crate::proto::overlay::OverlayMsg>());
+        assert!(listed::<crate::proto::relay::RelayMsg>());
+        assert!(listed::<crate::proto::membership::MemberMsg>());
+    }
+}

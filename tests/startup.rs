@@ -1,0 +1,152 @@
+//! Start-up is not a failure: `weft node` processes given a fixed `--peers` list and started
+//! one after another (as a shell loop or a launcher does) form one job, instead of each
+//! excluding the ones that were not listening yet when it dialed them.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+use weft::wire::handshake::JobKey;
+
+/// One `weft node` of a job of `n` whose members listen on `ports`, with its report lines.
+fn start(id: usize, ports: &[u16], key: &JobKey, extra: &[&str]) -> (Child, Receiver<String>) {
+    let peers: Vec<String> = (0..ports.len())
+        .filter(|&i| i != id)
+        .map(|i| format!("{i}=127.0.0.1:{}", ports[i]))
+        .collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "node",
+            "--id",
+            &id.to_string(),
+            "--nodes",
+            &ports.len().to_string(),
+        ])
+        .args(["--listen", &format!("127.0.0.1:{}", ports[id])])
+        .args(["--peers", &peers.join(",")])
+        .args(extra)
+        .env("WEFT_JOB_KEY", key.to_hex())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run weft node");
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Free loopback ports (bound and let go: another process could take one meanwhile, which
+/// would fail the start loudly, not pass the test).
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// The report lines of `rx` until `until` says stop or `deadline` passes.
+fn read_until(
+    rx: &Receiver<String>,
+    deadline: Instant,
+    mut until: impl FnMut(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let Ok(line) = rx.recv_timeout(left) else {
+            break;
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let stop = until(&v);
+        seen.push(v);
+        if stop {
+            break;
+        }
+    }
+    seen
+}
+
+/// Five nodes started last first, each once the one before it listens: every early dial to a
+/// later-started member is refused. Each node must then reach its tree neighbors without
+/// suspecting anyone, and a kill afterwards must give one view of the four survivors at every
+/// survivor. With the grace off (`--startup-timeout-ms 0`) the first started suspect the
+/// others at once: the control.
+#[test]
+fn nodes_started_apart_form_one_job() {
+    let key = JobKey::generate().unwrap();
+    for (grace, forms) in [(None, true), (Some("0"), false)] {
+        let ports = free_ports(5);
+        let extra: Vec<&str> = match grace {
+            Some(ms) => vec!["--startup-timeout-ms", ms],
+            None => vec![],
+        };
+        let mut nodes: Vec<Option<(Child, Receiver<String>)>> = (0..5).map(|_| None).collect();
+        for id in (0..5).rev() {
+            let (child, rx) = start(id, &ports, &key, &extra);
+            let first = rx.recv_timeout(Duration::from_secs(10)).expect("listening");
+            assert!(first.contains("listening"), "{first}");
+            nodes[id] = Some((child, rx));
+        }
+        // n0, started last, hears from its four children: the job has formed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (_, rx0) = nodes[0].as_ref().unwrap();
+        let mut children = std::collections::HashSet::new();
+        let seen = read_until(rx0, deadline, |v| {
+            if v["kind"] == "authenticated" {
+                children.insert(v["peer"].as_u64().unwrap());
+            }
+            children.len() == 4 || v["kind"] == "detected"
+        });
+        let suspected: Vec<_> = nodes
+            .iter()
+            .flatten()
+            .flat_map(|(_, rx)| rx.try_iter().collect::<Vec<_>>())
+            .chain(seen.iter().map(|v| v.to_string()))
+            .filter(|l| l.contains("\"detected\""))
+            .collect();
+        eprintln!(
+            "grace {grace:?}: n0 saw {} lines, suspicions {}",
+            seen.len(),
+            suspected.len()
+        );
+        if !forms {
+            assert!(
+                !suspected.is_empty(),
+                "without the grace, early refused dials are suspicions"
+            );
+            for (mut c, _) in nodes.into_iter().flatten() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            continue;
+        }
+        assert_eq!(children.len(), 4, "n0 reached by its children: {seen:?}");
+        assert!(suspected.is_empty(), "nobody failed yet: {suspected:?}");
+        // Kill n3: the four survivors agree on a view without it.
+        let (mut victim, _) = nodes[3].take().unwrap();
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        let want = serde_json::json!([0, 1, 2, 4]);
+        for (id, node) in nodes.iter().enumerate() {
+            let Some((_, rx)) = node else { continue };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let seen = read_until(rx, deadline, |v| v["kind"] == "view" && v["view"] == want);
+            assert!(
+                seen.iter().any(|v| v["view"] == want),
+                "n{id} never installed {want}: {seen:?}"
+            );
+        }
+        for (mut c, _) in nodes.into_iter().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
