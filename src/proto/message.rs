@@ -35,7 +35,13 @@ pub trait Message: Sized + Send + 'static {
 /// test checks that each message type's [`Message::TAG`] is the one listed). weft's own
 /// protocols take tags below [`APP_TAGS`]; the rest are left to applications that embed weft
 /// with messages of their own (`examples/embed.rs`).
-pub const TAGS: &[(Tag, &str)] = &[(1, "ping"), (2, "overlay"), (3, "relay"), (4, "membership")];
+pub const TAGS: &[(Tag, &str)] = &[
+    (1, "ping"),
+    (2, "overlay"),
+    (3, "relay"),
+    (4, "membership"),
+    (5, "order"),
+];
 
 /// The first tag left to applications.
 pub const APP_TAGS: Tag = 128;
@@ -63,5 +69,6 @@ mod tests {
         assert!(listed::<crate::proto::overlay::OverlayMsg>());
         assert!(listed::<crate::proto::relay::RelayMsg>());
         assert!(listed::<crate::proto::membership::MemberMsg>());
+        assert!(listed::<crate::proto::broadcast::OrderMsg>());
     }
 }

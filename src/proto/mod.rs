@@ -10,8 +10,11 @@
 //! one are two runs of one implementation.
 
 pub mod bmg;
+pub mod broadcast;
+pub mod heartbeat;
 pub mod membership;
 pub mod message;
+pub mod order;
 pub mod overlay;
 pub mod ping;
 pub mod relay;
@@ -63,6 +66,8 @@ pub enum Event {
     Done,
     /// Membership news: a detection, a new view, a stabilized tree.
     Member(membership::MemberEvent),
+    /// Process Order broadcast news: deliveries, confirmations, table changes.
+    Order(broadcast::OrderEvent),
 }
 
 /// What a protocol asks its driver to do.
