@@ -506,3 +506,41 @@ fn bench_stabilize_compares_with_the_bare_tcp_floor_in_the_same_run() {
         "{text}"
     );
 }
+
+/// `weft sim broadcast` runs random Process Order schedules, checks each, and says so in
+/// its JSON; a system of one process is refused by name.
+#[test]
+fn sim_broadcast_checks_its_schedules() {
+    let out = succeed(&[
+        "sim",
+        "broadcast",
+        "--schedules",
+        "200",
+        "--seed",
+        "7",
+        "--json",
+    ]);
+    let v = one_json(&out);
+    has_fields(
+        &v,
+        &[
+            "schedules",
+            "broadcasts",
+            "deliveries",
+            "kills",
+            "root_kills",
+            "joins",
+            "recoveries",
+            "hangs",
+            "lost_tail",
+            "violations",
+            "wall_ms",
+        ],
+    );
+    assert_eq!(v["schedules"], 200);
+    assert_eq!(v["violations"], 0, "{v}");
+    assert!(v["root_kills"].as_u64().unwrap() > 0, "{v}");
+    let out = weft(&["sim", "broadcast", "--max-nodes", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-nodes"));
+}

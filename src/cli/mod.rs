@@ -21,6 +21,7 @@ pub mod node;
 pub mod ping;
 pub mod plot;
 pub mod sim_bmg;
+pub mod sim_broadcast;
 pub mod sim_stabilize;
 pub mod values;
 
@@ -166,6 +167,9 @@ pub enum SimCommand {
     Bmg(sim_bmg::BmgArgs),
     /// Radix-tree membership: tree stabilization after failures (Varma et al., ICS'06).
     Stabilize(sim_stabilize::StabilizeArgs),
+    /// Process Order total-order broadcast under random failures, joins, recoveries, leaves
+    /// and hangs, every schedule checked (Gendelman et al. 2000).
+    Broadcast(sim_broadcast::SimBroadcastArgs),
 }
 
 /// Run a parsed command line.
@@ -179,6 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
         Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
+        Command::Sim(SimCommand::Broadcast(args)) => sim_broadcast::run_cmd(args),
         Command::Ida(cmd) => ida::run(cmd),
         Command::Ping(args) => ping::run(args),
     }

@@ -5,6 +5,7 @@
 //! processes in a fixed order.
 
 pub mod bmg;
+pub mod broadcast;
 pub mod churn;
 pub mod stabilize;
 pub mod timed;

@@ -147,7 +147,12 @@ pub struct TimedWorld<P: Protocol> {
     last_arrival: HashMap<(u32, u32), u64>,
     /// Latency draws of [`Net::Jitter`].
     rng: SimRng,
+    /// Sees every message sent: (time, from, to, message), for traces.
+    send_hook: Option<SendHook<P::Msg>>,
 }
+
+/// A watcher of sent messages (see [`TimedWorld::on_send`]).
+pub type SendHook<M> = Box<dyn FnMut(u64, u32, u32, &M)>;
 
 impl<P: Protocol> TimedWorld<P> {
     /// Processes `0..n` (process i is `NodeId(i)`).
@@ -177,7 +182,13 @@ impl<P: Protocol> TimedWorld<P> {
                 Net::Jitter { seed, .. } => seed,
                 _ => 0,
             }),
+            send_hook: None,
         }
+    }
+
+    /// Call `hook` with every message sent (time, from, to, message): a trace of a run.
+    pub fn on_send(&mut self, hook: SendHook<P::Msg>) {
+        self.send_hook = Some(hook);
     }
 
     /// The incarnation of process `i` (1 once started, bumped at each restart).
@@ -197,8 +208,9 @@ impl<P: Protocol> TimedWorld<P> {
         self.push(t, Ev::Hang { node: i, until });
     }
 
-    /// `a` and `b` hold a connection from now on.
-    fn link(&mut self, a: u32, b: u32) {
+    /// `a` and `b` hold a connection from now on (as processes a launcher connected at start:
+    /// one learns of the other's death without ever sending it a message).
+    pub fn link(&mut self, a: u32, b: u32) {
         if !self.links[a as usize].contains(&b) {
             self.links[a as usize].push(b);
             self.links[b as usize].push(a);
@@ -356,6 +368,9 @@ impl<P: Protocol> TimedWorld<P> {
                 t += self.cfg.send.as_nanos() as u64;
                 self.sent += 1;
                 let to = to.0 as u32;
+                if let Some(hook) = self.send_hook.as_mut() {
+                    hook(t, i, to, &msg);
+                }
                 if !self.alive[to as usize] {
                     let at = t + self.cfg.detect.as_nanos() as u64;
                     self.suspect_at(at, i, to);

@@ -2,7 +2,7 @@
 
 use super::{digest_step, Broadcast, Entry, OrderEvent, OrderMsg, Role, Status, Term, What};
 
-use crate::proto::order::Mod;
+use crate::proto::order::{Mod, Stamp};
 use crate::proto::{Event, Outbox};
 use crate::NodeId;
 use std::cmp::Ordering;
@@ -36,6 +36,13 @@ impl Broadcast {
             Ordering::Equal => {}
         }
         if entry.bi < self.next {
+            // The coordinator repairs what this process has: it lacks this one's ack (lost
+            // to a race with a table change). Said again, once per retry interval.
+            if Some(from) == self.parent && !self.reacked {
+                self.reacked = true;
+                self.acked_stamp = None;
+                self.maybe_ack(out);
+            }
             return;
         }
         self.holdback.entry(entry.bi).or_insert(entry);
@@ -111,9 +118,10 @@ impl Broadcast {
         let changed = self.log.push(m);
         match m {
             Mod::Join { id, .. } => {
-                // Back (a recovered process) or new: no longer counted gone.
+                // Back (a recovered process) or new: no longer counted gone. Its acks stay:
+                // one made before this change carries the old table's stamp and counts for
+                // nothing, one made under the new table (it may be ahead) counts.
                 self.suspected.remove(&id);
-                self.child_acks.remove(&id);
             }
             Mod::Leave(id) => {
                 self.child_acks.remove(&id);
@@ -181,26 +189,44 @@ impl Broadcast {
             );
             let v = self.ack_value();
             self.acked = v;
-            out.send(p, OrderMsg::Ack { upto: v });
+            let stamp = self.log.stamp();
+            self.acked_stamp = Some(stamp);
+            out.send(p, OrderMsg::Ack { upto: v, stamp });
         }
     }
 
-    /// The highest index delivered by this process and every process below it.
+    /// The highest index delivered by this process and every process below it, counting
+    /// only acks made under this process's table (another table, another subtree).
     fn ack_value(&self) -> u64 {
         let mut v = self.next - 1;
+        let stamp = self.log.stamp();
         for c in self.children() {
-            v = v.min(self.child_acks.get(&c).copied().unwrap_or(0));
+            let a = match self.child_acks.get(&c) {
+                Some(&(s, upto)) if s == stamp => upto,
+                _ => 0,
+            };
+            v = v.min(a);
         }
         v
+    }
+
+    /// How far child `c` said it is, under whatever table (a lower bound of its own progress,
+    /// where repairs start).
+    pub(super) fn child_ack(&self, c: NodeId) -> u64 {
+        self.child_acks.get(&c).map_or(0, |&(_, upto)| upto)
     }
 
     /// Send the subtree's acknowledgment up if it grew; at the root, it is the stable index.
     pub(super) fn maybe_ack(&mut self, out: &mut Outbox<OrderMsg>) {
         let v = self.ack_value();
         match self.parent {
-            Some(p) if v > self.acked => {
+            // Under a new table (or after a clearing) the ack is sent again, even if no
+            // higher: the coordinator counts only acks made under its own table.
+            Some(p) if v > self.acked || Some(self.log.stamp()) != self.acked_stamp => {
                 self.acked = v;
-                out.send(p, OrderMsg::Ack { upto: v });
+                let stamp = self.log.stamp();
+                self.acked_stamp = Some(stamp);
+                out.send(p, OrderMsg::Ack { upto: v, stamp });
             }
             None if self.is_root() => self.advance_stable(v, out),
             _ => {}
@@ -208,11 +234,17 @@ impl Broadcast {
     }
 
     /// A child's acknowledgment.
-    pub(super) fn on_ack(&mut self, from: NodeId, upto: u64, out: &mut Outbox<OrderMsg>) {
+    pub(super) fn on_ack(
+        &mut self,
+        from: NodeId,
+        upto: u64,
+        stamp: Stamp,
+        out: &mut Outbox<OrderMsg>,
+    ) {
         if !self.is_member() {
             return;
         }
-        self.child_acks.insert(from, upto);
+        self.child_acks.insert(from, (stamp, upto));
         self.stalled.remove(&from);
         self.maybe_ack(out);
     }
@@ -223,7 +255,7 @@ impl Broadcast {
     pub(super) fn repair_stalled(&mut self, out: &mut Outbox<OrderMsg>) {
         let top = self.next - 1;
         for c in self.children() {
-            let a = self.child_acks.get(&c).copied().unwrap_or(0);
+            let a = self.child_ack(c);
             if a >= top {
                 self.stalled.remove(&c);
                 continue;

@@ -18,6 +18,10 @@ impl Broadcast {
         }
         if peer == self.term.root {
             self.root_failed(peer, out);
+        } else if self.is_down(self.term.root) && self.term.root != self.me {
+            // The root is already counted gone and the one this process told to take over
+            // is gone too: tell the next one (or take over).
+            self.root_failed(self.term.root, out);
         } else {
             match &mut self.role {
                 Role::Active(_) => self.pending.push_back(super::Pending::Leave(peer)),
@@ -30,7 +34,7 @@ impl Broadcast {
                 }
                 Role::Follower => {
                     if self.log.table().is_live(peer) {
-                        out.send(self.term.root, OrderMsg::Failed { id: peer });
+                        out.send(self.term.root, self.failed(peer));
                     }
                 }
             }
@@ -51,7 +55,7 @@ impl Broadcast {
             // Section 5.2.1: "propagates the broadcast to the children of the failed process".
             // They may lack what the failed one received and did not pass on; the failed one's
             // subtree acknowledged everything up to its last ack, so the rest goes to them.
-            let from = self.child_acks.get(&peer).copied().unwrap_or(0) + 1;
+            let from = self.child_ack(peer) + 1;
             for c in self.children() {
                 if before.contains(&c) {
                     continue;
@@ -77,7 +81,7 @@ impl Broadcast {
     pub(super) fn root_failed(&mut self, root: NodeId, out: &mut Outbox<OrderMsg>) {
         match self.tree_root() {
             Some(next) if next == self.me => self.take_over(out),
-            Some(next) => out.send(next, OrderMsg::Failed { id: root }),
+            Some(next) => out.send(next, self.failed(root)),
             None => {}
         }
     }
@@ -167,7 +171,10 @@ impl Broadcast {
 
     /// `Failed`: at the root, a failure report; at the process next in line, the root failed;
     /// naming this process, it was removed.
-    pub(super) fn on_failed(&mut self, id: NodeId, out: &mut Outbox<OrderMsg>) {
+    pub(super) fn on_failed(&mut self, id: NodeId, next: u64, out: &mut Outbox<OrderMsg>) {
+        if id == self.me && next <= self.joined_at {
+            return; // the sender has not delivered this life's SystemJoin yet
+        }
         if id == self.me {
             // Counted gone by the others: a process only slow stops here (crash-stop).
             self.gone(false, out);
@@ -178,9 +185,17 @@ impl Broadcast {
             Role::Follower if id == self.term.root => self.suspect(id, out),
             Role::Follower => {
                 if self.is_member() && self.term.root != self.me {
-                    out.send(self.term.root, OrderMsg::Failed { id });
+                    out.send(self.term.root, self.failed(id));
                 }
             }
+        }
+    }
+
+    /// `Failed` about `id`, with how far this process is.
+    pub(super) fn failed(&self, id: NodeId) -> OrderMsg {
+        OrderMsg::Failed {
+            id,
+            next: self.next,
         }
     }
 

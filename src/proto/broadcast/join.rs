@@ -167,6 +167,7 @@ impl Broadcast {
         self.term = s.term;
         self.seen_term = self.seen_term.max(s.term.n);
         self.next = s.next;
+        self.joined_at = s.next - 1;
         self.seqs = s.seqs.iter().copied().collect();
         // This life numbers its broadcasts after the last one delivered from this id.
         self.my_seq = self.seqs.get(&self.me).copied().unwrap_or(0);

@@ -78,7 +78,7 @@ pub use msg::{Entry, OrderMsg, Snapshot, Term, What};
 pub use workload::Workload;
 
 use super::heartbeat::{Heartbeat, HeartbeatConfig};
-use super::order::{ModLog, PoTable};
+use super::order::{ModLog, PoTable, Stamp};
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::buf::Payload;
 use crate::id::IdMap;
@@ -327,6 +327,8 @@ pub struct Broadcast {
     seen_term: u64,
     /// The next index to deliver.
     next: u64,
+    /// The index of this life's `SystemJoin` (0 for the initial members).
+    joined_at: u64,
     /// Broadcasts that came before their turn.
     holdback: BTreeMap<u64, Entry>,
     /// Broadcasts that came to a joiner before its welcome, with the term they came under.
@@ -338,14 +340,17 @@ pub struct Broadcast {
     /// The coordinator last computed (acks and repairs go there).
     parent: Option<NodeId>,
     /// Each child's last ack.
-    child_acks: IdMap<NodeId, u64>,
+    child_acks: IdMap<NodeId, (Stamp, u64)>,
     /// The ack value a stalled child had at the last retry.
     stalled: IdMap<NodeId, u64>,
     /// Children this process pushed a repair to after their coordinator failed: their `Have`
     /// needs no second one.
     adopted: BTreeSet<NodeId>,
-    /// The last ack sent up.
+    /// The last ack sent up, and the table it was made under.
     acked: u64,
+    acked_stamp: Option<Stamp>,
+    /// The ack was said again this retry interval.
+    reacked: bool,
     /// This process's broadcasts: the last number used, and those not yet confirmed.
     my_seq: u64,
     unconfirmed: BTreeMap<u64, Payload>,
@@ -401,6 +406,7 @@ impl Broadcast {
             },
             seen_term: 0,
             next: 1,
+            joined_at: 0,
             holdback: BTreeMap::new(),
             early: BTreeMap::new(),
             blog: BTreeMap::new(),
@@ -410,6 +416,8 @@ impl Broadcast {
             stalled: IdMap::default(),
             adopted: BTreeSet::new(),
             acked: 0,
+            acked_stamp: None,
+            reacked: false,
             my_seq: 0,
             unconfirmed: BTreeMap::new(),
             confirmed_upto: 0,
@@ -481,6 +489,28 @@ impl Broadcast {
     /// The highest of this process's numbers confirmed.
     pub fn confirmed(&self) -> u64 {
         self.confirmed_upto
+    }
+
+    /// The state a trace shows: term, role, next index, coordinator, children and their acks.
+    pub fn describe(&self) -> String {
+        let acks: Vec<String> = self
+            .children()
+            .iter()
+            .map(|c| format!("{c}:{:?}", self.child_acks.get(c)))
+            .collect();
+        format!(
+            "{} term {:?} root {} next {} parent {:?} acked {} under {:?} stamp {:?} children [{}] suspected {:?}",
+            self.me,
+            self.term,
+            self.is_root(),
+            self.next,
+            self.parent,
+            self.acked,
+            self.acked_stamp,
+            self.log.stamp(),
+            acks.join(" "),
+            self.suspected
+        )
     }
 
     /// The BLog's length (broadcasts kept since the last clearing).
@@ -586,17 +616,17 @@ impl Broadcast {
             && !self.log.table().is_live(from)
             && !matches!(msg, OrderMsg::Join { .. })
         {
-            out.send(from, OrderMsg::Failed { id: from });
+            out.send(from, self.failed(from));
             return;
         }
         match msg {
             OrderMsg::Request { inc, seq, body } => self.on_request(from, inc, seq, body, out),
             OrderMsg::Bcast { entry, via } => self.on_bcast(from, entry, via, out),
-            OrderMsg::Ack { upto } => self.on_ack(from, upto, out),
+            OrderMsg::Ack { upto, stamp } => self.on_ack(from, upto, stamp, out),
             OrderMsg::Confirmed { upto } => self.on_confirmed(upto, out),
             OrderMsg::Have { term, next, dead } => self.on_have(from, term, next, dead, out),
             OrderMsg::Adopt { term, dead } => self.on_adopt(from, term, dead, out),
-            OrderMsg::Failed { id } => self.on_failed(id, out),
+            OrderMsg::Failed { id, next } => self.on_failed(id, next, out),
             OrderMsg::Sync { term, dead } => self.on_sync(term, dead, out),
             OrderMsg::Synced { term, next } => self.on_synced(from, term, next, out),
             OrderMsg::Fetch { from: first, upto } => self.on_fetch(from, first, upto, out),
@@ -635,6 +665,7 @@ impl Broadcast {
     /// The retry round: ask again whatever has not moved for a whole interval.
     fn retry(&mut self, out: &mut Outbox<OrderMsg>) {
         out.set_timer(RETRY_TIMER, self.cfg.retry);
+        self.reacked = false;
         if matches!(self.status, Status::Joining(_)) {
             self.ask(out);
             return;
@@ -657,6 +688,9 @@ impl Broadcast {
     /// Send `to` every broadcast of the BLog from index `from` up to what this process
     /// delivered.
     fn resend(&self, to: NodeId, from: u64, out: &mut Outbox<OrderMsg>) {
+        if from >= self.next {
+            return; // it is ahead of this process: nothing to give
+        }
         let via = self.term;
         for e in self.blog.range(from..self.next).map(|(_, e)| e) {
             out.send(

@@ -110,10 +110,14 @@ mod wire_form {
             /// The sender's term.
             via: Term,
         },
-        /// Up the tree: every process of my subtree delivered every index up to `upto`.
+        /// Up the tree: every process of my subtree, as the table of `stamp` lays it out,
+        /// delivered every index up to `upto`. A subtree is only known under one table: a
+        /// coordinator counts an ack made under another one as nothing.
         Ack {
             /// Highest index delivered by the whole subtree.
             upto: u64,
+            /// The table the subtree was computed under.
+            stamp: Stamp,
         },
         /// Root → origin: every broadcast of yours up to number `upto` is delivered by every
         /// process of the table.
@@ -144,6 +148,9 @@ mod wire_form {
         Failed {
             /// The failed process.
             id: NodeId,
+            /// The sender's next index: a process that came back at a later index than this
+            /// is told of its earlier life, and does not stop.
+            next: u64,
         },
         /// New root → every process: I am the root of `term`; `dead` are gone; tell me how far
         /// you delivered.

@@ -87,6 +87,11 @@ impl Broadcast {
             Pending::Leave(id) => {
                 if self.log.table().is_live(id) {
                     self.number_mod(Mod::Leave(id), out);
+                    if self.is_down(id) {
+                        // Removed on a suspicion: if it was only slow or cut off, and has
+                        // nothing more to say, this tells it it is out.
+                        out.send(id, self.failed(id));
+                    }
                 }
             }
             Pending::Join { id, inc, have } => match self.log.table().slot(id) {
