@@ -8,7 +8,8 @@
 //! children ahead of its own. Failures apply in increasing id order, so the failed roots are
 //! exactly the leading failed ids of the list and are handled first.
 //!
-//! Rebalancing (Process Order's lazy update): the balanced radix tree over the live view.
+//! Rebalancing: the balanced radix tree recomputed over the live view (what Process Order calls
+//! eager update; its lazy update keeps ghosts until the log is cleared, see `proto::order`).
 
 use super::radix::RadixTree;
 use crate::{NodeId, Rank};
