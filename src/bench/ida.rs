@@ -158,7 +158,7 @@ pub fn measure_isal(
     n: usize,
     bytes: usize,
     mode: Mode,
-    variant: super::isal::Variant,
+    variant: crate::ida::isal::Variant,
     budget: Duration,
 ) -> Result<Vec<BenchRow>, IdaError> {
     use crate::ida::isal::{IsalDot, Variant};
