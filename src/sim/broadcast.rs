@@ -636,7 +636,6 @@ fn check(lives: &[Life]) -> Outcome {
     // The survivors' history covers `start..=end`; what came before it, only processes that
     // are now out delivered, and nothing is left to compare it with.
     let start = history.keys().next().copied().unwrap_or(u64::MAX);
-    let _end = history.keys().next_back().copied().unwrap_or(0);
     // Failed and removed processes: the history where it covers them, then at most a lost
     // tail (indices that a failed root numbered and nobody kept).
     let mut before: HashMap<(NodeId, u64), u64> = HashMap::new();

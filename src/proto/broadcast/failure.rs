@@ -157,14 +157,7 @@ impl Broadcast {
         out.send(term.root, OrderMsg::Synced { term, next });
         out.report(Event::Order(OrderEvent::RootChanged { term, at: self.now }));
         if self.is_member() {
-            let again: Vec<_> = self
-                .unconfirmed
-                .iter()
-                .map(|(&s, b)| (s, b.clone()))
-                .collect();
-            for (seq, body) in again {
-                self.request(seq, body, out);
-            }
+            self.request_unconfirmed(out);
             self.progressed(out);
         }
     }
@@ -324,20 +317,13 @@ impl Broadcast {
     }
 
     /// This process's coordinator failed and the one above took it (`dead` are gone).
-    pub(super) fn on_adopt(
-        &mut self,
-        from: NodeId,
-        term: Term,
-        dead: Vec<NodeId>,
-        out: &mut Outbox<OrderMsg>,
-    ) {
+    pub(super) fn on_adopt(&mut self, term: Term, dead: Vec<NodeId>, out: &mut Outbox<OrderMsg>) {
         if term > self.term {
             self.adopt_term(term, &[], out);
         }
         if !self.is_member() {
             return;
         }
-        let _ = from; // the new coordinator, as the tree now says
         for d in dead {
             self.mark_gone(d, out);
         }

@@ -538,6 +538,18 @@ impl Broadcast {
         }
     }
 
+    /// Ask again for every broadcast of this process not yet confirmed.
+    fn request_unconfirmed(&mut self, out: &mut Outbox<OrderMsg>) {
+        let again: Vec<(u64, Payload)> = self
+            .unconfirmed
+            .iter()
+            .map(|(&s, b)| (s, b.clone()))
+            .collect();
+        for (seq, body) in again {
+            self.request(seq, body, out);
+        }
+    }
+
     fn is_down(&self, id: NodeId) -> bool {
         self.suspected.contains(&id)
     }
@@ -625,7 +637,7 @@ impl Broadcast {
             OrderMsg::Ack { upto, stamp } => self.on_ack(from, upto, stamp, out),
             OrderMsg::Confirmed { upto } => self.on_confirmed(upto, out),
             OrderMsg::Have { term, next, dead } => self.on_have(from, term, next, dead, out),
-            OrderMsg::Adopt { term, dead } => self.on_adopt(from, term, dead, out),
+            OrderMsg::Adopt { term, dead } => self.on_adopt(term, dead, out),
             OrderMsg::Failed { id, next } => self.on_failed(id, next, out),
             OrderMsg::Sync { term, dead } => self.on_sync(term, dead, out),
             OrderMsg::Synced { term, next } => self.on_synced(from, term, next, out),
@@ -672,14 +684,7 @@ impl Broadcast {
         }
         // The origin: unconfirmed and nothing confirmed since the last round.
         if !self.unconfirmed.is_empty() && self.confirmed_upto == self.confirmed_at_retry {
-            let again: Vec<(u64, Payload)> = self
-                .unconfirmed
-                .iter()
-                .map(|(&s, b)| (s, b.clone()))
-                .collect();
-            for (seq, body) in again {
-                self.request(seq, body, out);
-            }
+            self.request_unconfirmed(out);
         }
         self.confirmed_at_retry = self.confirmed_upto;
         self.repair_stalled(out);
