@@ -67,6 +67,7 @@ pub mod model;
 pub mod proto;
 pub mod rng;
 pub mod sim;
+pub mod storage;
 mod sys;
 pub mod topology;
 pub mod transport;

@@ -544,3 +544,57 @@ fn sim_broadcast_checks_its_schedules() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-nodes"));
 }
+
+#[test]
+fn bench_checkpoint_rebuilds_killed_states_exactly_and_never_wrongly() {
+    // 8 nodes: IDA neighborhoods of 4 (m = 2), XOR sets of 4. Two kills, several seeds: IDA
+    // always tolerates them; partner and XOR rebuild exactly when their placement tolerates
+    // the victims and report an error (never wrong data) when it does not.
+    for seed in ["1", "2", "3"] {
+        let out = succeed(&[
+            "bench",
+            "checkpoint",
+            "--nodes",
+            "8",
+            "--state-mib",
+            "1.5",
+            "--fail",
+            "2",
+            "--repeat",
+            "1",
+            "--xor-set",
+            "4",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON row"))
+            .collect();
+        assert_eq!(rows.len(), 3, "one row per scheme");
+        for r in &rows {
+            has_fields(
+                r,
+                &[
+                    "scheme",
+                    "nodes",
+                    "state_mib",
+                    "fail",
+                    "encode_gb_s",
+                    "checkpoint_ms",
+                    "recover_ms",
+                    "tolerated",
+                    "recovered_exact",
+                ],
+            );
+            assert_eq!(r["recovered_exact"], r["tolerated"], "seed {seed}: {r}");
+            assert!(r["checkpoint_ms"].as_f64().unwrap() > 0.0, "{r}");
+        }
+        assert_eq!(rows[0]["scheme"], "ida");
+        assert_eq!(rows[0]["recovered_exact"], true, "seed {seed}: {}", rows[0]);
+    }
+    let out = weft(&["bench", "checkpoint", "--fail", "16"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fail 16"));
+}

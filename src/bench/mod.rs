@@ -14,6 +14,7 @@
 //! - [`ida`]: the coding core's throughput beside `memcpy` (and ISA-L).
 
 pub mod bare_wave;
+pub mod checkpoint;
 pub mod control;
 pub mod ida;
 pub mod launched;

@@ -13,6 +13,7 @@ macro_rules! say {
     }};
 }
 
+pub mod bench_checkpoint;
 pub mod bench_stabilize;
 pub mod checks;
 pub mod ida;
@@ -150,6 +151,9 @@ pub enum Command {
 pub enum BenchCommand {
     /// Radix-tree membership: Ts after a real failure on in-process nodes (the main job).
     Stabilize(bench_stabilize::BenchStabilizeArgs),
+    /// In-memory checkpoints: every node protects a state, some are killed, survivors rebuild
+    /// them; weft's IDA neighborhoods beside partner copy and SCR-style XOR sets.
+    Checkpoint(bench_checkpoint::BenchCheckpointArgs),
 }
 
 /// `weft model ...`
@@ -179,6 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let _ = weft::engine::raise_descriptor_limit();
     match cli.command {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
+        Command::Bench(BenchCommand::Checkpoint(args)) => bench_checkpoint::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
         Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),

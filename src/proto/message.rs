@@ -41,6 +41,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (3, "relay"),
     (4, "membership"),
     (5, "order"),
+    (6, "storage"),
 ];
 
 /// The first tag left to applications.
@@ -70,5 +71,6 @@ mod tests {
         assert!(listed::<crate::proto::relay::RelayMsg>());
         assert!(listed::<crate::proto::membership::MemberMsg>());
         assert!(listed::<crate::proto::broadcast::OrderMsg>());
+        assert!(listed::<crate::proto::storage::StoreMsg>());
     }
 }

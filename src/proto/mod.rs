@@ -20,6 +20,7 @@ pub mod ping;
 pub mod relay;
 pub mod ring;
 pub mod spontaneous;
+pub mod storage;
 
 pub use message::{Message, Tag};
 
@@ -68,6 +69,8 @@ pub enum Event {
     Member(membership::MemberEvent),
     /// Process Order broadcast news: deliveries, confirmations, table changes.
     Order(broadcast::OrderEvent),
+    /// Neighborhood storage news: checkpoints kept, states recovered.
+    Storage(storage::StorageEvent),
 }
 
 /// What a protocol asks its driver to do.
@@ -176,6 +179,11 @@ pub trait Protocol {
     /// The transport lost its connection to `peer` (or could not make one): a suspected
     /// failure, which the protocol may act on (the failure detectors of the membership papers).
     fn on_suspect(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// The application left work for the protocol in a mailbox the protocol owns (as
+    /// `storage::Storage`'s requests) and asked the driver to wake it: a protocol without
+    /// such a mailbox ignores this.
+    fn on_wake(&mut self, _now: Time, _out: &mut Outbox<Self::Msg>) {}
 
     /// A counter that changes whenever the protocol's output state changes. Drivers compare it
     /// before and after a call to notice a change without diffing state.

@@ -114,6 +114,13 @@ impl<P> NodeHandle<P> {
         }
     }
 
+    /// Have the node's protocol look at the mailbox its application fills
+    /// ([`crate::proto::Protocol::on_wake`]; `storage::Storage`'s requests).
+    pub fn wake(&self) {
+        let _ = self.commands.send(Command::Wake(self.id));
+        let _ = self.waker.wake();
+    }
+
     /// Tell the node about a peer.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
         let _ = self.commands.send(Command::AddPeer {

@@ -156,6 +156,11 @@ where
                         host.peers.insert(peer, addr);
                     }
                 }
+                Command::Wake(id) => {
+                    if let Some(&h) = self.by_id.get(&id) {
+                        self.wake_protocol(h)?;
+                    }
+                }
             }
         }
         Ok(())

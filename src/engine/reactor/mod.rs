@@ -101,6 +101,9 @@ pub enum Command {
         /// Where the peer listens.
         addr: SocketAddr,
     },
+    /// Call hosted node `node`'s [`crate::proto::Protocol::on_wake`]: its application left
+    /// it work.
+    Wake(NodeId),
 }
 
 /// What a reactor tells the outside world.
@@ -519,6 +522,15 @@ where
         // The sockets are reset; wait for the kernel to let go of every buffer it was given.
         self.io.finish();
         Ok(())
+    }
+
+    /// Call hosted node `h`'s `on_wake` and carry out what it asks for.
+    fn wake_protocol(&mut self, h: usize) -> Result<(), EngineError> {
+        let now = self.now();
+        if let Some(host) = self.hosts[h].as_mut() {
+            host.proto.on_wake(now, &mut self.outbox);
+        }
+        self.apply_outbox(h)
     }
 
     /// Run the timers that are due. Whether any was.

@@ -1,0 +1,1004 @@
+//! The storage protocol of one process: owner (disperses its states at a checkpoint), holder
+//! (keeps other processes' pieces, within a quota) and recoverer (INFORMATIONGATHERING: asks
+//! holders for pieces, skips damaged or missing ones, rebuilds and checks).
+//!
+//! Sans-IO: the application's requests come through [`Storage::request`] (the engine calls it
+//! from `on_wake` for the requests left in the mailbox), answers go out as
+//! [`StorageEvent`]s.
+
+use super::placement::Placement;
+use super::{xor, Scheme};
+use crate::buf::Payload;
+use crate::ida::{Dispersal, Mode};
+use crate::proto::storage::{PieceKey, PieceMeta, StorageEvent, StoreMsg};
+use crate::proto::{Event, Outbox, Protocol, Time, TimerId};
+use crate::NodeId;
+use bytes::{Bytes, BytesMut};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+/// What the application asks of its node's storage.
+#[derive(Clone, Debug)]
+pub enum Request {
+    /// Keep `data` under virtual id `vid` from the next checkpoint on (replaces an earlier one).
+    Protect {
+        /// The virtual id.
+        vid: u64,
+        /// The state.
+        data: Bytes,
+    },
+    /// Disperse every protected state as checkpoint `version`.
+    Checkpoint {
+        /// The checkpoint's number, increasing.
+        version: u64,
+    },
+    /// Rebuild `vid`'s state of checkpoint `version` (the latest this process took, if `None`).
+    Recover {
+        /// The virtual id.
+        vid: u64,
+        /// The checkpoint.
+        version: Option<u64>,
+    },
+    /// The live view changed (from the membership service).
+    View(Vec<NodeId>),
+}
+
+/// Settings shared by every process of a job.
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    /// The coding.
+    pub scheme: Scheme,
+    /// Bytes per stripe: the unit of coding, of a message and of a rebuild's memory.
+    pub stripe: usize,
+    /// Bytes of other processes' pieces a holder keeps at most.
+    pub quota: u64,
+    /// The agreed seed of the neighborhood hash.
+    pub seed: u64,
+    /// BACKTRACKs so far: neighborhoods are `2^u · N_0`.
+    pub backtracks: u32,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            scheme: Scheme::Ida,
+            stripe: 1 << 20,
+            quota: 4 << 30,
+            seed: 0,
+            backtracks: 0,
+        }
+    }
+}
+
+/// A checkpoint as this process took it: where pieces went and its own states then.
+struct Snapshot {
+    placement: Placement,
+    states: BTreeMap<u64, Bytes>,
+}
+
+/// The checkpoint being dispersed.
+struct Dispersing {
+    version: u64,
+    /// Pieces each holder has yet to confirm.
+    waiting: HashMap<NodeId, u64>,
+    left: u64,
+    pieces: u64,
+    lost: u64,
+}
+
+/// One stripe being gathered.
+#[derive(Default)]
+struct Gather {
+    /// Holders in the order to ask them, with their slot.
+    candidates: Vec<(NodeId, u8)>,
+    next: usize,
+    asked: HashMap<u8, NodeId>,
+    got: Vec<(u8, Payload)>,
+    meta: Option<PieceMeta>,
+    done: bool,
+}
+
+/// A state being rebuilt.
+struct Recovery {
+    placement: Placement,
+    m: usize,
+    state_len: Option<u64>,
+    out: BytesMut,
+    stripes: Vec<Gather>,
+    left: usize,
+}
+
+/// Neighborhood storage on one process.
+pub struct Storage {
+    me: NodeId,
+    view: Vec<NodeId>,
+    cfg: StorageConfig,
+    mailbox: Option<Receiver<Request>>,
+    protected: BTreeMap<u64, Bytes>,
+    snapshots: BTreeMap<u64, Snapshot>,
+    dispersing: Option<Dispersing>,
+    recoveries: HashMap<(u64, u64), Recovery>,
+    held: HashMap<PieceKey, (PieceMeta, Payload)>,
+    held_bytes: u64,
+    /// XOR parities by (version, stripe), and the metadata of the segments folded into them.
+    parity: HashMap<(u64, u32), Vec<u8>>,
+    xor_meta: HashMap<PieceKey, PieceMeta>,
+    versions: BTreeSet<u64>,
+    suspected: HashSet<NodeId>,
+    /// XOR folds this process passed on, by next hop, with whom to tell if that hop fails.
+    relayed: HashMap<NodeId, Vec<(PieceKey, u64)>>,
+    reported_drops: HashSet<NodeId>,
+    codecs: HashMap<(usize, usize), Arc<Dispersal>>,
+    version_counter: u64,
+}
+
+impl Storage {
+    /// Storage for process `me` of `view`.
+    pub fn new(me: NodeId, view: &[NodeId], cfg: StorageConfig) -> Self {
+        let mut view = view.to_vec();
+        view.sort_unstable();
+        view.dedup();
+        Self {
+            me,
+            view,
+            cfg,
+            mailbox: None,
+            protected: BTreeMap::new(),
+            snapshots: BTreeMap::new(),
+            dispersing: None,
+            recoveries: HashMap::new(),
+            held: HashMap::new(),
+            held_bytes: 0,
+            parity: HashMap::new(),
+            xor_meta: HashMap::new(),
+            versions: BTreeSet::new(),
+            suspected: HashSet::new(),
+            relayed: HashMap::new(),
+            reported_drops: HashSet::new(),
+            codecs: HashMap::new(),
+            version_counter: 0,
+        }
+    }
+
+    /// With a mailbox the application fills (then wakes the node: `NodeHandle::wake`).
+    pub fn with_mailbox(mut self, mailbox: Receiver<Request>) -> Self {
+        self.mailbox = Some(mailbox);
+        self
+    }
+
+    /// Bytes of pieces and parities held (this process's own pieces included).
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
+    /// Carry out one request.
+    pub fn request(&mut self, req: Request, out: &mut Outbox<StoreMsg>) {
+        match req {
+            Request::Protect { vid, data } => {
+                self.protected.insert(vid, data);
+            }
+            Request::Checkpoint { version } => self.checkpoint(version, out),
+            Request::Recover { vid, version } => {
+                match version.or_else(|| self.snapshots.keys().next_back().copied()) {
+                    Some(v) => self.recover(vid, v, out),
+                    None => reject(out, "no checkpoint taken yet".into()),
+                }
+            }
+            Request::View(view) => {
+                self.view = view;
+                self.view.sort_unstable();
+                self.view.dedup();
+            }
+        }
+        self.version_counter += 1;
+    }
+
+    /// The systematic `(n, m)` coding, made once.
+    fn codec(&mut self, n: usize, m: usize) -> Option<Arc<Dispersal>> {
+        if let Some(c) = self.codecs.get(&(n, m)) {
+            return Some(c.clone());
+        }
+        let d = Arc::new(Dispersal::new(n, m, Mode::Systematic).ok()?);
+        self.codecs.insert((n, m), d.clone());
+        Some(d)
+    }
+
+    fn stripes(&self, len: usize) -> usize {
+        len.div_ceil(self.cfg.stripe).max(1)
+    }
+
+    // ---- owner --------------------------------------------------------------------------
+
+    fn checkpoint(&mut self, version: u64, out: &mut Outbox<StoreMsg>) {
+        if let Some(d) = &self.dispersing {
+            return reject(out, format!("checkpoint {} is still dispersing", d.version));
+        }
+        if self
+            .snapshots
+            .keys()
+            .next_back()
+            .is_some_and(|&v| v >= version)
+        {
+            return reject(
+                out,
+                format!("checkpoint {version} is not newer than the last"),
+            );
+        }
+        let live: Vec<NodeId> = self
+            .view
+            .iter()
+            .copied()
+            .filter(|x| !self.suspected.contains(x))
+            .collect();
+        let placement = Placement::new(self.cfg.scheme, &live, self.cfg.seed, self.cfg.backtracks);
+        if matches!(self.cfg.scheme, Scheme::Xor { .. })
+            && self.protected.keys().any(|&vid| vid != self.me.0)
+        {
+            return reject(
+                out,
+                "XOR sets keep one state per process, under its own id".into(),
+            );
+        }
+        self.note_version(version);
+        let mut d = Dispersing {
+            version,
+            waiting: HashMap::new(),
+            left: 0,
+            pieces: 0,
+            lost: 0,
+        };
+        let states = self.protected.clone();
+        for (&vid, data) in &states {
+            let Some((holders, m)) = placement.holders(vid) else {
+                continue;
+            };
+            for s in 0..self.stripes(data.len()) {
+                let at = (s * self.cfg.stripe).min(data.len());
+                let stripe = data.slice(at..(at + self.cfg.stripe).min(data.len()));
+                let mut meta = PieceMeta {
+                    scheme: self.cfg.scheme.byte(),
+                    n: holders.len() as u8,
+                    m: m as u8,
+                    state_len: data.len() as u64,
+                    stripe_len: self.cfg.stripe as u32,
+                    crc32c: 0,
+                    stripe_crc: 0,
+                };
+                let bodies = self.code(&placement, &holders, &stripe, m);
+                let crcs: Vec<u32> = bodies.iter().map(|b| crc32c::crc32c(b)).collect();
+                meta.stripe_crc = stripe_crc(self.cfg.scheme, &stripe, &bodies, &crcs, m);
+                for (slot, ((holder, body), crc)) in
+                    holders.iter().zip(bodies).zip(crcs).enumerate()
+                {
+                    let key = PieceKey {
+                        vid,
+                        version,
+                        stripe: s as u32,
+                        slot: slot as u8,
+                    };
+                    meta.crc32c = crc;
+                    d.pieces += 1;
+                    if *holder == self.me {
+                        self.keep(key, meta, Payload::from_bytes(body));
+                    } else if self.suspected.contains(holder) {
+                        d.lost += 1;
+                    } else {
+                        *d.waiting.entry(*holder).or_default() += 1;
+                        d.left += 1;
+                        let body = Payload::from_bytes(body);
+                        out.send(*holder, StoreMsg::Put { key, meta, body });
+                    }
+                }
+            }
+        }
+        self.snapshots
+            .insert(version, Snapshot { placement, states });
+        self.dispersing = Some(d);
+        self.dispersed(out);
+    }
+
+    /// The bodies of one stripe, slot by slot: systematic IDA (the stripe's own bytes for the
+    /// first `m`, parity encoded into fresh buffers for the rest), the stripe itself (partner),
+    /// or its segments (XOR).
+    fn code(&mut self, p: &Placement, holders: &[NodeId], stripe: &Bytes, m: usize) -> Vec<Bytes> {
+        match p.scheme {
+            Scheme::Partner => vec![stripe.clone()],
+            Scheme::Xor { .. } => {
+                let set = p
+                    .group_of(self.me.0)
+                    .map(|g| g.0.to_vec())
+                    .unwrap_or_default();
+                let seg = xor::seg_len(self.cfg.stripe, set.len());
+                holders
+                    .iter()
+                    .map(|&h| {
+                        let t = xor::rank_without(&set, self.me, h).unwrap_or(0);
+                        stripe.slice(xor::segment(t, seg, stripe.len()))
+                    })
+                    .collect()
+            }
+            Scheme::Ida => {
+                let n = holders.len();
+                let Some(codec) = self.codec(n, m) else {
+                    return Vec::new();
+                };
+                let l = codec.piece_len(stripe.len());
+                let mut data: Vec<Bytes> = (0..m)
+                    .map(|j| {
+                        let at = (j * l).min(stripe.len());
+                        let end = (at + l).min(stripe.len());
+                        if end - at == l {
+                            stripe.slice(at..end)
+                        } else {
+                            let mut padded = vec![0u8; l];
+                            padded[..end - at].copy_from_slice(&stripe[at..end]);
+                            Bytes::from(padded)
+                        }
+                    })
+                    .collect();
+                let mut parity: Vec<Vec<u8>> = (m..n).map(|_| vec![0u8; l]).collect();
+                if l > 0 && !parity.is_empty() {
+                    let chunks: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
+                    let mut outs: Vec<&mut [u8]> =
+                        parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+                    codec.encode_rows(&chunks, &mut outs);
+                }
+                data.extend(parity.into_iter().map(Bytes::from));
+                data
+            }
+        }
+    }
+
+    /// Report the checkpoint once nothing is waiting.
+    fn dispersed(&mut self, out: &mut Outbox<StoreMsg>) {
+        if let Some(d) = self.dispersing.take_if(|d| d.left == 0) {
+            out.report(Event::Storage(StorageEvent::Checkpointed {
+                version: d.version,
+                pieces: d.pieces,
+                lost: d.lost,
+            }));
+        }
+    }
+
+    fn confirmed(&mut self, from: NodeId, kept: bool, out: &mut Outbox<StoreMsg>) {
+        if let Some(d) = &mut self.dispersing {
+            if let Some(w) = d.waiting.get_mut(&from).filter(|w| **w > 0) {
+                *w -= 1;
+                d.left -= 1;
+                if !kept {
+                    d.lost += 1;
+                }
+            }
+        }
+        self.dispersed(out);
+    }
+
+    // ---- holder -------------------------------------------------------------------------
+
+    /// Remember `version` and forget everything of versions older than the two newest.
+    fn note_version(&mut self, version: u64) {
+        if !self.versions.insert(version) || self.versions.len() <= 2 {
+            return;
+        }
+        let Some(old) = self.versions.pop_first() else {
+            return;
+        };
+        let mut freed = 0;
+        self.held.retain(|k, (_, body)| {
+            let keep = k.version != old;
+            if !keep {
+                freed += body.len() as u64;
+            }
+            keep
+        });
+        self.parity.retain(|&(v, _), p| {
+            let keep = v != old;
+            if !keep {
+                freed += p.len() as u64;
+            }
+            keep
+        });
+        self.xor_meta.retain(|k, _| k.version != old);
+        for folds in self.relayed.values_mut() {
+            folds.retain(|(k, _)| k.version != old);
+        }
+        self.snapshots.remove(&old);
+        self.held_bytes = self.held_bytes.saturating_sub(freed);
+    }
+
+    fn keep(&mut self, key: PieceKey, meta: PieceMeta, body: Payload) {
+        self.note_version(key.version);
+        self.held_bytes += body.len() as u64;
+        if let Some((_, old)) = self.held.insert(key, (meta, body)) {
+            self.held_bytes = self.held_bytes.saturating_sub(old.len() as u64);
+        }
+    }
+
+    fn drop_from(&mut self, from: NodeId, out: &mut Outbox<StoreMsg>) {
+        if self.reported_drops.insert(from) {
+            out.report(Event::Storage(StorageEvent::Dropped { from }));
+        }
+    }
+
+    fn put(
+        &mut self,
+        from: NodeId,
+        key: PieceKey,
+        meta: PieceMeta,
+        body: Payload,
+        out: &mut Outbox<StoreMsg>,
+    ) {
+        let len = body.len() as u64;
+        let known = self.view.binary_search(&from).is_ok();
+        let old = self.versions.first().is_some_and(|&v| key.version < v);
+        if !known || old || self.held_bytes + len > self.cfg.quota {
+            self.drop_from(from, out);
+            return out.send(from, StoreMsg::Refused { key });
+        }
+        if meta.scheme == (Scheme::Xor { set: 0 }).byte() {
+            // Folded into the parity, checked first: a damaged segment would spoil it unseen.
+            if crc32c::crc32c(&body) != meta.crc32c {
+                return out.send(from, StoreMsg::Refused { key });
+            }
+            self.note_version(key.version);
+            let p = self.parity.entry((key.version, key.stripe)).or_default();
+            if p.len() < body.len() {
+                self.held_bytes += (body.len() - p.len()) as u64;
+                p.resize(body.len(), 0);
+            }
+            xor::xor_into(p, &body);
+            self.xor_meta.insert(PieceKey { slot: 0, ..key }, meta);
+        } else {
+            self.keep(key, meta, body);
+        }
+        out.send(from, StoreMsg::Stored { key });
+    }
+
+    fn get(&mut self, from: NodeId, key: PieceKey, out: &mut Outbox<StoreMsg>) {
+        if self.view.binary_search(&from).is_err() {
+            return self.drop_from(from, out);
+        }
+        match self.held.get(&key) {
+            Some((meta, body)) => out.send(
+                from,
+                StoreMsg::Got {
+                    key,
+                    meta: *meta,
+                    body: body.clone(),
+                },
+            ),
+            None => out.send(from, StoreMsg::Missing { key }),
+        }
+    }
+
+    /// One hop of an XOR rebuild: fold this process's share in and pass it on.
+    fn fold(
+        &mut self,
+        key: PieceKey,
+        mut chain: Vec<u64>,
+        to: u64,
+        body: Payload,
+        out: &mut Outbox<StoreMsg>,
+    ) {
+        let lost_key = PieceKey { slot: 0, ..key };
+        let (Some(meta), Some(snap)) = (
+            self.xor_meta.get(&lost_key),
+            self.snapshots.get(&key.version),
+        ) else {
+            return out.send(NodeId(to), StoreMsg::Missing { key });
+        };
+        let meta = *meta;
+        let Some((set, _)) = snap.placement.group_of(key.vid) else {
+            return out.send(NodeId(to), StoreMsg::Missing { key });
+        };
+        let stripe_len = meta.stripe_len as usize;
+        let at = (key.stripe as usize * stripe_len).min(meta.state_len as usize);
+        let lost_len = (meta.state_len as usize - at).min(stripe_len);
+        if !body.is_empty() && body.len() != lost_len {
+            return out.send(NodeId(to), StoreMsg::Missing { key });
+        }
+        let mut acc = if body.is_empty() {
+            vec![0u8; lost_len]
+        } else {
+            body.to_vec()
+        };
+        let mine = snap.states.get(&self.me.0).cloned().unwrap_or_default();
+        let my_at = (key.stripe as usize * stripe_len).min(mine.len());
+        let my_stripe = &mine[my_at..(my_at + stripe_len).min(mine.len())];
+        let parity = self
+            .parity
+            .get(&(key.version, key.stripe))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let seg = xor::seg_len(stripe_len, set.len());
+        xor::fold(
+            &mut acc,
+            set,
+            self.me,
+            NodeId(key.vid),
+            seg,
+            parity,
+            my_stripe,
+        );
+        let body = Payload::from_bytes(Bytes::from(acc));
+        if chain.is_empty() {
+            if to == self.me.0 {
+                self.folded(key, meta, body, out);
+            } else {
+                out.send(NodeId(to), StoreMsg::Folded { key, meta, body });
+            }
+        } else {
+            let next = NodeId(chain.remove(0));
+            if self.suspected.contains(&next) {
+                return self.fold_broken(key, to, out);
+            }
+            // Remembered until the version is forgotten: if `next` fails, `to` hears of it.
+            self.relayed.entry(next).or_default().push((key, to));
+            out.send(
+                next,
+                StoreMsg::Fold {
+                    key,
+                    chain,
+                    to,
+                    body,
+                },
+            );
+        }
+    }
+
+    /// A fold cannot go on: its requester learns that the stripe is lost.
+    fn fold_broken(&mut self, key: PieceKey, to: u64, out: &mut Outbox<StoreMsg>) {
+        if to == self.me.0 {
+            self.lost_piece(self.me, key, out);
+        } else {
+            out.send(NodeId(to), StoreMsg::Missing { key });
+        }
+    }
+
+    // ---- recoverer ----------------------------------------------------------------------
+
+    fn recover(&mut self, vid: u64, version: u64, out: &mut Outbox<StoreMsg>) {
+        let Some(snap) = self.snapshots.get(&version) else {
+            return reject(out, format!("this process took no checkpoint {version}"));
+        };
+        let placement = snap.placement.clone();
+        let Some((holders, m)) = placement.holders(vid) else {
+            return unrecoverable(out, vid, version, "empty view".into());
+        };
+        if self.recoveries.contains_key(&(vid, version)) {
+            return;
+        }
+        if let Scheme::Xor { .. } = placement.scheme {
+            if let Some(gone) = holders.iter().find(|h| self.suspected.contains(h)) {
+                let why = format!("XOR set lost {gone:?} too: one loss per set");
+                return unrecoverable(out, vid, version, why);
+            }
+        }
+        // An XOR rebuild comes back as one folded stripe.
+        let m = if matches!(placement.scheme, Scheme::Xor { .. }) {
+            1
+        } else {
+            m
+        };
+        let mut r = Recovery {
+            placement,
+            m,
+            state_len: None,
+            out: BytesMut::new(),
+            stripes: Vec::new(),
+            left: 1,
+        };
+        r.stripes.push(self.gather_plan(&holders));
+        self.recoveries.insert((vid, version), r);
+        self.ask(vid, version, 0, out);
+    }
+
+    /// The holders of a stripe in the order to ask them: this process first, then the rest
+    /// that are not suspected, by slot.
+    fn gather_plan(&self, holders: &[NodeId]) -> Gather {
+        let mut candidates: Vec<(NodeId, u8)> = holders
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| !self.suspected.contains(h))
+            .map(|(s, &h)| (h, s as u8))
+            .collect();
+        candidates.sort_by_key(|&(h, s)| (h != self.me, s));
+        Gather {
+            candidates,
+            ..Gather::default()
+        }
+    }
+
+    /// Ask for more pieces of stripe `s` until `m` are asked or got; fail the recovery when
+    /// no holder is left.
+    fn ask(&mut self, vid: u64, version: u64, s: usize, out: &mut Outbox<StoreMsg>) {
+        let me = self.me;
+        let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
+            return;
+        };
+        if let Scheme::Xor { .. } = r.placement.scheme {
+            // One fold along every survivor of the set, this process last when it is one.
+            let g = &r.stripes[s];
+            if g.next == 0 {
+                let mut chain: Vec<u64> = g.candidates.iter().map(|c| c.0 .0).collect();
+                chain.sort_by_key(|&c| c == me.0);
+                let key = PieceKey {
+                    vid,
+                    version,
+                    stripe: s as u32,
+                    slot: 0,
+                };
+                r.stripes[s].next = 1;
+                let first = NodeId(chain.remove(0));
+                let fold = StoreMsg::Fold {
+                    key,
+                    chain,
+                    to: me.0,
+                    body: Payload::default(),
+                };
+                if first == me {
+                    if let StoreMsg::Fold {
+                        key,
+                        chain,
+                        to,
+                        body,
+                    } = fold
+                    {
+                        self.fold(key, chain, to, body, out);
+                    }
+                } else {
+                    out.send(first, fold);
+                }
+            }
+            return;
+        }
+        let m = r.m;
+        let g = &mut r.stripes[s];
+        let mut local = Vec::new();
+        while g.asked.len() + g.got.len() < m && g.next < g.candidates.len() {
+            let (h, slot) = g.candidates[g.next];
+            g.next += 1;
+            if self.suspected.contains(&h) {
+                continue;
+            }
+            g.asked.insert(slot, h);
+            let key = PieceKey {
+                vid,
+                version,
+                stripe: s as u32,
+                slot,
+            };
+            if h == me {
+                local.push(key);
+            } else {
+                out.send(h, StoreMsg::Get { key });
+            }
+        }
+        let starved = g.asked.is_empty() && g.got.len() < m;
+        if starved {
+            let why = format!(
+                "stripe {s}: {} valid pieces of the {m} needed survive",
+                g.got.len()
+            );
+            self.recoveries.remove(&(vid, version));
+            return unrecoverable(out, vid, version, why);
+        }
+        for key in local {
+            match self.held.get(&key).cloned() {
+                Some((meta, body)) => self.got(me, key, Some((meta, body)), out),
+                None => self.got(me, key, None, out),
+            }
+        }
+    }
+
+    /// A holder's answer: a piece (checked) or none.
+    fn got(
+        &mut self,
+        from: NodeId,
+        key: PieceKey,
+        piece: Option<(PieceMeta, Payload)>,
+        out: &mut Outbox<StoreMsg>,
+    ) {
+        let (vid, version, s) = (key.vid, key.version, key.stripe as usize);
+        let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
+            return;
+        };
+        let Some(g) = r.stripes.get_mut(s) else {
+            return;
+        };
+        if g.done || g.asked.get(&key.slot) != Some(&from) {
+            return;
+        }
+        g.asked.remove(&key.slot);
+        let valid = piece.filter(|(meta, body)| {
+            crc32c::crc32c(body) == meta.crc32c
+                && meta.stripe_len as usize == self.cfg.stripe
+                && usize::from(meta.m) == r.m
+                && r.state_len.is_none_or(|l| l == meta.state_len)
+        });
+        if let Some((meta, body)) = valid {
+            g.meta.get_or_insert(meta);
+            g.got.push((key.slot, body));
+            if r.state_len.is_none() {
+                self.sized(vid, version, meta.state_len, out);
+            }
+        }
+        self.progress(vid, version, s, out);
+    }
+
+    /// The state's length is known: make room and ask for every other stripe.
+    fn sized(&mut self, vid: u64, version: u64, len: u64, out: &mut Outbox<StoreMsg>) {
+        let stripes = self.stripes(len as usize);
+        let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
+            return;
+        };
+        r.state_len = Some(len);
+        r.out = BytesMut::zeroed(len as usize);
+        let holders: Vec<(NodeId, u8)> = r.stripes[0].candidates.clone();
+        for _ in 1..stripes {
+            r.stripes.push(Gather {
+                candidates: holders.clone(),
+                ..Gather::default()
+            });
+        }
+        r.left = stripes;
+        for s in 1..stripes {
+            self.ask(vid, version, s, out);
+        }
+    }
+
+    /// Rebuild stripe `s` once `m` pieces are in, or ask for more.
+    fn progress(&mut self, vid: u64, version: u64, s: usize, out: &mut Outbox<StoreMsg>) {
+        let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
+            return;
+        };
+        let g = &mut r.stripes[s];
+        if g.got.len() < r.m {
+            return self.ask(vid, version, s, out);
+        }
+        let (Some(meta), Some(len)) = (g.meta, r.state_len) else {
+            return;
+        };
+        let at = (s * self.cfg.stripe).min(len as usize);
+        let end = (at + self.cfg.stripe).min(len as usize);
+        let n = usize::from(meta.n);
+        g.done = true;
+        let pieces: Vec<(u8, Payload)> = std::mem::take(&mut g.got);
+        let dst = &mut r.out[at..end];
+        let rebuilt = match r.placement.scheme {
+            Scheme::Partner | Scheme::Xor { .. } => match pieces.first() {
+                Some((_, body)) if body.len() == dst.len() => {
+                    dst.copy_from_slice(body);
+                    Ok(())
+                }
+                _ => Err("a piece of the wrong length".to_string()),
+            },
+            Scheme::Ida => {
+                let m = r.m;
+                let codec = self.codecs.get(&(n, m)).cloned();
+                match codec.or_else(|| Dispersal::new(n, m, Mode::Systematic).ok().map(Arc::new)) {
+                    Some(codec) => {
+                        let refs: Vec<(u8, &[u8])> =
+                            pieces.iter().map(|(i, b)| (*i, &b[..])).collect();
+                        codec.decode_into(&refs, dst).map_err(|e| e.to_string())
+                    }
+                    None => Err(format!("no IDA coding for n = {n}, m = {m}")),
+                }
+            }
+        };
+        let checked = rebuilt.and_then(|()| {
+            if crc32c::crc32c(&r.out[at..end]) == meta.stripe_crc {
+                Ok(())
+            } else {
+                Err("the rebuilt stripe does not match its CRC-32C".into())
+            }
+        });
+        if let Err(e) = checked {
+            self.recoveries.remove(&(vid, version));
+            return unrecoverable(out, vid, version, format!("stripe {s}: {e}"));
+        }
+        r.left -= 1;
+        if r.left == 0 {
+            if let Some(r) = self.recoveries.remove(&(vid, version)) {
+                out.report(Event::Storage(StorageEvent::Recovered {
+                    vid,
+                    version,
+                    data: r.out.freeze(),
+                }));
+            }
+        }
+    }
+
+    fn folded(
+        &mut self,
+        key: PieceKey,
+        meta: PieceMeta,
+        body: Payload,
+        out: &mut Outbox<StoreMsg>,
+    ) {
+        let meta = PieceMeta {
+            crc32c: crc32c::crc32c(&body),
+            m: 1,
+            ..meta
+        };
+        if let Some(g) = self
+            .recoveries
+            .get_mut(&(key.vid, key.version))
+            .and_then(|r| r.stripes.get_mut(key.stripe as usize))
+        {
+            g.asked.insert(0, self.me);
+        }
+        self.got(self.me, key, Some((meta, body)), out);
+    }
+
+    /// A holder answered that it has nothing, or went away: ask the next one.
+    fn lost_piece(&mut self, from: NodeId, key: PieceKey, out: &mut Outbox<StoreMsg>) {
+        if self.recovering_xor(key) {
+            self.recoveries.remove(&(key.vid, key.version));
+            let why = format!("stripe {}: {from:?} cannot fold its share", key.stripe);
+            return unrecoverable(out, key.vid, key.version, why);
+        }
+        self.got(from, key, None, out);
+    }
+
+    fn recovering_xor(&self, key: PieceKey) -> bool {
+        self.recoveries
+            .get(&(key.vid, key.version))
+            .is_some_and(|r| matches!(r.placement.scheme, Scheme::Xor { .. }))
+    }
+}
+
+/// The CRC-32C of a stripe's data, from its pieces' CRCs where they are the data (systematic
+/// IDA's first `m`, partner's copy, XOR's segments, all in order), so that checking a rebuild
+/// costs no second pass at checkpoint time.
+fn stripe_crc(scheme: Scheme, stripe: &[u8], bodies: &[Bytes], crcs: &[u32], m: usize) -> u32 {
+    let data_pieces = match scheme {
+        Scheme::Ida => m.min(bodies.len()),
+        Scheme::Partner | Scheme::Xor { .. } => bodies.len(),
+    };
+    let mut crc = 0;
+    let mut at = 0;
+    for (body, &piece_crc) in bodies.iter().zip(crcs).take(data_pieces) {
+        let end = (at + body.len()).min(stripe.len());
+        if end - at == body.len() {
+            crc = crc32c::crc32c_combine(crc, piece_crc, body.len());
+        } else {
+            // Systematic IDA's last data piece, padded with zeros past the stripe's end.
+            crc = crc32c::crc32c_append(crc, &stripe[at..end]);
+        }
+        at = end;
+    }
+    crc
+}
+
+fn reject(out: &mut Outbox<StoreMsg>, why: String) {
+    out.report(Event::Storage(StorageEvent::Rejected { why }));
+}
+
+fn unrecoverable(out: &mut Outbox<StoreMsg>, vid: u64, version: u64, why: String) {
+    out.report(Event::Storage(StorageEvent::Unrecoverable {
+        vid,
+        version,
+        why,
+    }));
+}
+
+impl Protocol for Storage {
+    type Msg = StoreMsg;
+
+    fn on_start(&mut self, _now: Time, _out: &mut Outbox<StoreMsg>) {}
+
+    fn on_message(&mut self, _now: Time, from: NodeId, msg: StoreMsg, out: &mut Outbox<StoreMsg>) {
+        match msg {
+            StoreMsg::Put { key, meta, body } => self.put(from, key, meta, body, out),
+            StoreMsg::Stored { .. } => self.confirmed(from, true, out),
+            StoreMsg::Refused { .. } => self.confirmed(from, false, out),
+            StoreMsg::Get { key } => self.get(from, key, out),
+            StoreMsg::Got { key, meta, body } => {
+                if self.recovering_xor(key) {
+                    return; // XOR rebuilds come back as Folded, never as one piece
+                }
+                self.got(from, key, Some((meta, body)), out)
+            }
+            StoreMsg::Missing { key } => self.lost_piece(from, key, out),
+            StoreMsg::Fold {
+                key,
+                chain,
+                to,
+                body,
+            } => {
+                if self.view.binary_search(&from).is_err() || chain.len() >= self.view.len() {
+                    return self.drop_from(from, out);
+                }
+                self.fold(key, chain, to, body, out)
+            }
+            StoreMsg::Folded { key, meta, body } => {
+                let expected = self
+                    .recoveries
+                    .get(&(key.vid, key.version))
+                    .is_some_and(|r| matches!(r.placement.scheme, Scheme::Xor { .. }));
+                if expected {
+                    self.folded(key, meta, body, out);
+                }
+            }
+        }
+        self.version_counter += 1;
+    }
+
+    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<StoreMsg>) {}
+
+    fn on_suspect(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<StoreMsg>) {
+        // Not only the first time: a piece asked of a peer already suspected (a dial refused
+        // again) must be asked elsewhere too.
+        self.suspected.insert(peer);
+        // Pieces it was to keep are lost: the checkpoint tolerates that many fewer losses.
+        if let Some(d) = &mut self.dispersing {
+            if let Some(w) = d.waiting.remove(&peer) {
+                d.left -= w;
+                d.lost += w;
+            }
+        }
+        self.dispersed(out);
+        // Pieces asked of it will not come: ask others (or fail an XOR fold through it).
+        let mut waiting = Vec::new();
+        for (&(vid, version), r) in &self.recoveries {
+            for (s, g) in r.stripes.iter().enumerate() {
+                for (&slot, _) in g.asked.iter().filter(|&(_, &h)| h == peer) {
+                    let stripe = s as u32;
+                    waiting.push(PieceKey {
+                        vid,
+                        version,
+                        stripe,
+                        slot,
+                    });
+                }
+            }
+        }
+        let xor_through: Vec<(u64, u64)> = self
+            .recoveries
+            .iter()
+            .filter(|(_, r)| matches!(r.placement.scheme, Scheme::Xor { .. }))
+            .filter(|(_, r)| {
+                r.stripes
+                    .first()
+                    .is_some_and(|g| g.candidates.iter().any(|c| c.0 == peer))
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        for (key, to) in self.relayed.remove(&peer).unwrap_or_default() {
+            self.fold_broken(key, to, out);
+        }
+        for (vid, version) in xor_through {
+            self.recoveries.remove(&(vid, version));
+            unrecoverable(
+                out,
+                vid,
+                version,
+                format!("{peer:?} of the XOR set failed during the rebuild"),
+            );
+        }
+        for key in waiting {
+            self.got(peer, key, None, out);
+        }
+        self.version_counter += 1;
+    }
+
+    fn on_wake(&mut self, _now: Time, out: &mut Outbox<StoreMsg>) {
+        let Some(mailbox) = self.mailbox.take() else {
+            return;
+        };
+        while let Ok(req) = mailbox.try_recv() {
+            self.request(req, out);
+        }
+        self.mailbox = Some(mailbox);
+    }
+
+    fn state_version(&self) -> u64 {
+        self.version_counter
+    }
+}
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;
