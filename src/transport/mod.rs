@@ -13,6 +13,7 @@
 //! ```
 
 pub mod process;
+pub mod storage;
 
 use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError};

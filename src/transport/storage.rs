@@ -1,0 +1,215 @@
+//! Neighborhood storage for a runtime: one node per process that keeps its states dispersed
+//! across the job and rebuilds anyone's, in the manner of FTI and VeloC.
+//!
+//! ```no_run
+//! use weft::storage::StorageConfig;
+//! use weft::transport::storage::Checkpointer;
+//! # fn spec() -> weft::transport::NodeSpec { unimplemented!() }
+//! let store = Checkpointer::spawn(spec(), &Default::default(), StorageConfig::default())?;
+//! store.protect(7, vec![42u8; 1 << 20]);   // this process's state, under virtual id 7
+//! store.checkpoint(1)?;                    // dispersed: every holder has its piece
+//! // ... process 7 dies; on any survivor:
+//! let state = store.recover(7, None)?;     // rebuilt from any m pieces, checked
+//! # Ok::<(), weft::transport::storage::StoreError>(())
+//! ```
+
+use super::{bind, spawn, JobKey, NodeHandle, NodeOptions, NodeSpec};
+use crate::engine::reactor::NodeEvent;
+use crate::engine::EngineError;
+use crate::proto::storage::StorageEvent;
+use crate::proto::Event;
+use crate::storage::{Request, Storage, StorageConfig};
+use crate::NodeId;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// Why a storage call failed. Never wrong data: a state that cannot be rebuilt exactly is one
+/// of these.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Too few valid pieces survive, or the rebuild did not match its checksum.
+    #[error("state {vid} of checkpoint {version} cannot be rebuilt: {why}")]
+    Unrecoverable {
+        /// The virtual id.
+        vid: u64,
+        /// The checkpoint.
+        version: u64,
+        /// Why.
+        why: String,
+    },
+    /// The node refused the request (an old version, a checkpoint still dispersing...).
+    #[error("storage refused the request: {0}")]
+    Rejected(String),
+    /// No answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The node could not start or has stopped.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// A checkpoint, as its owner saw it confirmed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checkpointed {
+    /// Pieces made of this process's states.
+    pub pieces: u64,
+    /// Of those, pieces a holder refused or that went to a failed holder.
+    pub lost: u64,
+}
+
+/// A storage node and its application's handle on it. Calls block until the node answers.
+pub struct Checkpointer {
+    node: NodeHandle<Storage>,
+    requests: Sender<Request>,
+    events: Receiver<(NodeId, NodeEvent)>,
+    /// Longest wait for an answer (default 60 s).
+    pub timeout: Duration,
+}
+
+impl Checkpointer {
+    /// Start this process's storage node: `spec` names it and every peer of the job (its
+    /// view, which the membership service updates through [`Checkpointer::view`]).
+    pub fn spawn(
+        spec: NodeSpec,
+        opts: &NodeOptions,
+        cfg: StorageConfig,
+    ) -> Result<Self, StoreError> {
+        let mut view: Vec<NodeId> = spec.peers.keys().copied().collect();
+        view.push(spec.id);
+        let (requests, mailbox) = channel();
+        let (tx, events) = channel();
+        let proto = Storage::new(spec.id, &view, cfg).with_mailbox(mailbox);
+        let node = spawn(spec, opts, proto, tx)?;
+        Ok(Self {
+            node,
+            requests,
+            events,
+            timeout: Duration::from_secs(60),
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.node.id
+    }
+
+    fn ask(&self, r: Request) {
+        let _ = self.requests.send(r);
+        self.node.wake();
+    }
+
+    /// Keep `data` under virtual id `vid` from the next checkpoint on.
+    pub fn protect(&self, vid: u64, data: impl Into<Bytes>) {
+        self.ask(Request::Protect {
+            vid,
+            data: data.into(),
+        });
+    }
+
+    /// The live view changed: later checkpoints draw their neighborhoods over `live`.
+    pub fn view(&self, live: Vec<NodeId>) {
+        self.ask(Request::View(live));
+    }
+
+    /// Disperse every protected state as checkpoint `version` (increasing); returns once every
+    /// live holder confirmed its piece.
+    pub fn checkpoint(&self, version: u64) -> Result<Checkpointed, StoreError> {
+        self.ask(Request::Checkpoint { version });
+        self.answer(|e| match e {
+            StorageEvent::Checkpointed {
+                version: v,
+                pieces,
+                lost,
+            } if v == version => Some(Ok(Checkpointed { pieces, lost })),
+            _ => None,
+        })
+    }
+
+    /// Rebuild `vid`'s state of checkpoint `version` (this process's latest when `None`).
+    pub fn recover(&self, vid: u64, version: Option<u64>) -> Result<Bytes, StoreError> {
+        self.ask(Request::Recover { vid, version });
+        self.answer(|e| match e {
+            StorageEvent::Recovered { vid: v, data, .. } if v == vid => Some(Ok(data)),
+            StorageEvent::Unrecoverable {
+                vid: v,
+                version,
+                why,
+            } if v == vid => Some(Err(StoreError::Unrecoverable { vid, version, why })),
+            _ => None,
+        })
+    }
+
+    /// Wait for the event `pick` takes; a rejection is an error.
+    fn answer<T>(
+        &self,
+        pick: impl Fn(StorageEvent) -> Option<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ev = match self.events.recv_timeout(left) {
+                Ok((_, NodeEvent::Protocol(Event::Storage(e)))) => e,
+                Ok(_) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(StoreError::Timeout(self.timeout))
+                }
+                Err(_) => return Err(EngineError::Gone.into()),
+            };
+            if let StorageEvent::Rejected { why } = ev {
+                return Err(StoreError::Rejected(why));
+            }
+            if let Some(r) = pick(ev) {
+                return r;
+            }
+        }
+    }
+
+    /// `n` storage nodes on loopback, every one knowing every other (one per thread: a job's
+    /// processes in miniature, for trying a runtime's checkpoints in one program).
+    pub fn on_loopback(
+        n: usize,
+        opts: &NodeOptions,
+        cfg: &StorageConfig,
+    ) -> Result<Vec<Self>, StoreError> {
+        let key = match &opts.key {
+            Some(k) => k.clone(),
+            None => JobKey::generate()
+                .map_err(|e| EngineError::Io(std::io::Error::other(e.to_string())))?,
+        };
+        let listeners = (0..n)
+            .map(|_| bind("127.0.0.1:0".parse().expect("loopback address")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let addrs: HashMap<NodeId, SocketAddr> = listeners
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Ok((NodeId(i as u64), l.local_addr()?)))
+            .collect::<Result<_, std::io::Error>>()
+            .map_err(EngineError::from)?;
+        listeners
+            .into_iter()
+            .enumerate()
+            .map(|(i, listener)| {
+                let id = NodeId(i as u64);
+                let mut peers = addrs.clone();
+                peers.remove(&id);
+                let spec = NodeSpec {
+                    id,
+                    listener,
+                    peers,
+                    key: key.clone(),
+                    core: None,
+                };
+                Self::spawn(spec, opts, cfg.clone())
+            })
+            .collect()
+    }
+
+    /// Stop the node (its peers see it fail).
+    pub fn stop(mut self) -> Result<(), StoreError> {
+        self.node.stop()?;
+        Ok(())
+    }
+}
