@@ -13,6 +13,15 @@ impl SimRng {
         Self { state: seed }
     }
 
+    /// Generator number `stream` of a family drawn from one seed (one per process). Its state
+    /// is a hash of both: seeding with `seed + stream * γ` makes SplitMix64's sequences
+    /// shifted copies of one another (the state advances by γ: process `i + 1` draws
+    /// what process `i` drew one step earlier), and `seed ^ stream * γ` nearly so.
+    pub fn stream(seed: u64, stream: u64) -> Self {
+        let h = Self::new(seed).next_u64();
+        Self::new(Self::new(h ^ stream).next_u64() ^ stream.rotate_left(29))
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -74,5 +83,28 @@ mod tests {
             seen[r.below(5) as usize] += 1;
         }
         assert!(seen.iter().all(|&c| c > 800), "{seen:?}");
+    }
+
+    #[test]
+    fn streams_of_one_seed_are_not_shifted_copies_of_each_other() {
+        // What seeding with `seed + i * γ` gives: stream i + 1 starts where stream i's second
+        // draw was. Streams must share no draws in their first steps.
+        let firsts: std::collections::HashSet<u64> =
+            (0..1000).map(|i| SimRng::stream(7, i).next_u64()).collect();
+        assert_eq!(firsts.len(), 1000);
+        let seconds = (0..1000).filter(|&i| {
+            let mut r = SimRng::stream(7, i);
+            r.next_u64();
+            firsts.contains(&r.next_u64())
+        });
+        assert_eq!(seconds.count(), 0);
+        let mut shifted = SimRng::new(7u64.wrapping_add(0x9e37_79b9_7f4a_7c15));
+        let mut base = SimRng::new(7);
+        base.next_u64();
+        assert_eq!(
+            base.next_u64(),
+            shifted.next_u64(),
+            "the pitfall this avoids"
+        );
     }
 }

@@ -42,6 +42,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (4, "membership"),
     (5, "order"),
     (6, "storage"),
+    (7, "agreement"),
 ];
 
 /// The first tag left to applications.
@@ -72,5 +73,6 @@ mod tests {
         assert!(listed::<crate::proto::membership::MemberMsg>());
         assert!(listed::<crate::proto::broadcast::OrderMsg>());
         assert!(listed::<crate::proto::storage::StoreMsg>());
+        assert!(listed::<crate::proto::agreement::AgreeMsg>());
     }
 }

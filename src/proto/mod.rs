@@ -9,6 +9,7 @@
 //! Because the same code runs under `sim` and under the engine, a simulated figure and a measured
 //! one are two runs of one implementation.
 
+pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
 pub mod heartbeat;
@@ -69,6 +70,8 @@ pub enum Event {
     Member(membership::MemberEvent),
     /// Process Order broadcast news: deliveries, confirmations, table changes.
     Order(broadcast::OrderEvent),
+    /// BSPAGREEMENT news: the initial value, the agreed one.
+    Agreement(agreement::AgreementEvent),
     /// Neighborhood storage news: checkpoints kept, states recovered.
     Storage(storage::StorageEvent),
 }

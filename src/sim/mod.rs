@@ -4,6 +4,7 @@
 //! Same seed, same run: every random choice comes from [`rng::SimRng`], and the schedulers visit
 //! processes in a fixed order.
 
+pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
 pub mod churn;
