@@ -589,6 +589,7 @@ fn bench_checkpoint_rebuilds_killed_states_exactly_and_never_wrongly() {
                 ],
             );
             assert_eq!(r["recovered_exact"], r["tolerated"], "seed {seed}: {r}");
+            assert_eq!(r["wrong"], 0, "never wrong data: {r}");
             assert!(r["checkpoint_ms"].as_f64().unwrap() > 0.0, "{r}");
         }
         assert_eq!(rows[0]["scheme"], "ida");

@@ -43,7 +43,8 @@ pub struct CheckpointConfig {
     pub timeout: Duration,
 }
 
-/// One scheme's figures over the trials (medians).
+/// One scheme's figures over the trials (medians). Schemes run in turn within each trial, on
+/// the same states and victims, each on a fresh cluster.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CheckpointRow {
     /// `ida`, `partner`, `xor`.
@@ -61,15 +62,22 @@ pub struct CheckpointRow {
     pub encode_gb_s: Option<f64>,
     /// The checkpoint: the request to the last process's confirmation, median.
     pub checkpoint_ms: f64,
-    /// Every lost state rebuilt on a survivor, median.
-    pub recover_ms: f64,
+    /// Every lost state rebuilt on a survivor, median over the trials that rebuilt them all.
+    pub recover_ms: Option<f64>,
     /// Whether the placement tolerates the victims in every trial.
     pub tolerated: bool,
     /// Whether every rebuild matched the protected bytes, in every trial (`false` when a
-    /// state was unrecoverable; never wrong data either way).
+    /// state was unrecoverable).
     pub recovered_exact: bool,
     /// Trials.
     pub trials: usize,
+    /// Trials whose victims the placement tolerates.
+    pub tolerated_trials: usize,
+    /// Trials whose lost states all came back byte-exact.
+    pub exact_trials: usize,
+    /// Rebuilds that returned bytes other than the protected ones, over all trials: must be 0
+    /// (beyond what a scheme tolerates, a rebuild is an error).
+    pub wrong: usize,
     /// The victims' seed.
     pub seed: u64,
 }
@@ -96,8 +104,10 @@ pub fn run(cfg: &CheckpointConfig) -> Result<Vec<CheckpointRow>, EngineError> {
     let mut results: Vec<Vec<Trial>> = vec![Vec::new(); cfg.schemes.len()];
     for t in 0..cfg.repeat {
         let victims = draw_victims(cfg.nodes, cfg.fail, cfg.seed.wrapping_add(t as u64));
-        for (s, &scheme) in cfg.schemes.iter().enumerate() {
-            results[s].push(trial(cfg, scheme, &states, &victims)?);
+        // The order turns each trial, so that no scheme always runs first.
+        let k = cfg.schemes.len();
+        for s in (0..k).map(|j| (j + t) % k) {
+            results[s].push(trial(cfg, cfg.schemes[s], &states, &victims)?);
         }
     }
     let view: Vec<NodeId> = (0..cfg.nodes as u64).map(NodeId).collect();
@@ -121,10 +131,14 @@ pub fn run(cfg: &CheckpointConfig) -> Result<Vec<CheckpointRow>, EngineError> {
             },
             encode_gb_s: encode_rate(scheme, cfg.nodes, &states[0]),
             checkpoint_ms: median(trials.iter().map(|t| t.checkpoint)),
-            recover_ms: median(trials.iter().map(|t| t.recover)),
+            recover_ms: Some(median(trials.iter().filter(|t| t.exact).map(|t| t.recover)))
+                .filter(|_| trials.iter().any(|t| t.exact)),
             tolerated: trials.iter().all(|t| t.tolerated),
             recovered_exact: trials.iter().all(|t| t.exact),
             trials: trials.len(),
+            tolerated_trials: trials.iter().filter(|t| t.tolerated).count(),
+            exact_trials: trials.iter().filter(|t| t.exact).count(),
+            wrong: trials.iter().map(|t| t.wrong).sum(),
             seed: cfg.seed,
         })
         .collect())
@@ -136,6 +150,7 @@ struct Trial {
     recover: Duration,
     tolerated: bool,
     exact: bool,
+    wrong: usize,
 }
 
 fn median(d: impl Iterator<Item = Duration>) -> f64 {
@@ -234,12 +249,20 @@ fn trial(
         StorageEvent::Recovered { vid, data, .. } => states.get(*vid as usize) == Some(data),
         _ => false,
     });
+    let wrong = answers
+        .iter()
+        .filter(|e| match e {
+            StorageEvent::Recovered { vid, data, .. } => states.get(*vid as usize) != Some(data),
+            _ => false,
+        })
+        .count();
     cluster.shutdown()?;
     Ok(Trial {
         checkpoint,
         recover,
         tolerated,
         exact,
+        wrong,
     })
 }
 

@@ -108,25 +108,27 @@ pub fn run(a: BenchCheckpointArgs) -> anyhow::Result<()> {
         a.repeat
     );
     say!(
-        "{:8} {:>10} {:>12} {:>11} {:>10} {:>9} {:>6}",
+        "{:8} {:>10} {:>12} {:>11} {:>10} {:>9} {:>6} {:>6}",
         "scheme",
         "tolerates",
         "encode GB/s",
         "checkpoint",
         "recover",
         "tolerated",
-        "exact"
+        "exact",
+        "wrong"
     );
     for r in &rows {
         say!(
-            "{:8} {:>10} {:>12} {:>8.1} ms {:>7.1} ms {:>9} {:>6}",
+            "{:8} {:>10} {:>12} {:>8.1} ms {:>10} {:>9} {:>6} {:>6}",
             r.scheme,
             format!("{}/group", r.tolerates_per_group),
             r.encode_gb_s.map_or("-".into(), |g| format!("{g:.2}")),
             r.checkpoint_ms,
-            r.recover_ms,
-            r.tolerated,
-            r.recovered_exact
+            r.recover_ms.map_or("-".into(), |m| format!("{m:.1} ms")),
+            format!("{}/{}", r.tolerated_trials, r.trials),
+            format!("{}/{}", r.exact_trials, r.trials),
+            r.wrong
         );
     }
     if let (Some(ida), Some(xor)) = (
