@@ -58,6 +58,7 @@
 
 pub mod bench;
 pub mod bootstrap;
+pub mod bsp;
 pub mod buf;
 pub mod engine;
 mod id;

@@ -599,3 +599,46 @@ fn bench_checkpoint_rebuilds_killed_states_exactly_and_never_wrongly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fail 16"));
 }
+
+#[test]
+fn sim_bsp_keeps_the_fault_free_result_at_ten_thousand_virtual_processors() {
+    let out = succeed(&[
+        "sim",
+        "bsp",
+        "--app",
+        "prefix-sum",
+        "--real",
+        "1000",
+        "--virtual",
+        "10000",
+        "--supersteps",
+        "16",
+        "--fail-rate",
+        "0.02",
+        "--runs",
+        "3",
+        "--json",
+    ]);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON row"))
+        .collect();
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        has_fields(
+            r,
+            &[
+                "result_ok",
+                "deaths",
+                "backtracks",
+                "max_secondary_jobs",
+                "work_ratio",
+            ],
+        );
+        assert_eq!(r["result_ok"], true, "{r}");
+        assert!(r["deaths"].as_u64().unwrap() > 0, "{r}");
+    }
+    let out = weft(&["sim", "bsp", "--app", "sort"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--app"));
+}

@@ -23,6 +23,7 @@ pub mod ping;
 pub mod plot;
 pub mod sim_bmg;
 pub mod sim_broadcast;
+pub mod sim_bsp;
 pub mod sim_stabilize;
 pub mod values;
 
@@ -174,6 +175,9 @@ pub enum SimCommand {
     /// Process Order total-order broadcast under random failures, joins, recoveries, leaves
     /// and hangs, every schedule checked (Gendelman et al. 2000).
     Broadcast(sim_broadcast::SimBroadcastArgs),
+    /// Robust-BSP: virtual processors on real ones that die, the result checked against a
+    /// fault-free run (Kontogiannis et al.).
+    Bsp(sim_bsp::SimBspArgs),
 }
 
 /// Run a parsed command line.
@@ -189,6 +193,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),
         Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
         Command::Sim(SimCommand::Broadcast(args)) => sim_broadcast::run_cmd(args),
+        Command::Sim(SimCommand::Bsp(args)) => sim_bsp::run_cmd(args),
         Command::Ida(cmd) => ida::run(cmd),
         Command::Ping(args) => ping::run(args),
     }

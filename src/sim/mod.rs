@@ -7,6 +7,7 @@
 pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
+pub mod bsp;
 pub mod churn;
 pub mod stabilize;
 pub mod timed;
