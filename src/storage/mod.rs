@@ -24,6 +24,7 @@
 //! Memory is bounded: a holder keeps at most `quota` bytes of other processes' pieces and two
 //! checkpoint versions per state; pieces from outside the view are refused.
 
+mod crc;
 pub mod node;
 pub mod placement;
 mod xor;

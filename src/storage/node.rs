@@ -6,6 +6,7 @@
 //! from `on_wake` for the requests left in the mailbox), answers go out as
 //! [`StorageEvent`]s.
 
+use super::crc::Shift;
 use super::placement::Placement;
 use super::{xor, Scheme};
 use crate::buf::Payload;
@@ -130,6 +131,8 @@ pub struct Storage {
     relayed: HashMap<NodeId, Vec<(PieceKey, u64)>>,
     reported_drops: HashSet<NodeId>,
     codecs: HashMap<(usize, usize), Arc<Dispersal>>,
+    /// CRC shift operators by piece length.
+    shifts: HashMap<usize, Shift>,
     version_counter: u64,
 }
 
@@ -157,6 +160,7 @@ impl Storage {
             relayed: HashMap::new(),
             reported_drops: HashSet::new(),
             codecs: HashMap::new(),
+            shifts: HashMap::new(),
             version_counter: 0,
         }
     }
@@ -267,7 +271,14 @@ impl Storage {
                 };
                 let bodies = self.code(&placement, &holders, &stripe, m);
                 let crcs: Vec<u32> = bodies.iter().map(|b| crc32c::crc32c(b)).collect();
-                meta.stripe_crc = stripe_crc(self.cfg.scheme, &stripe, &bodies, &crcs, m);
+                meta.stripe_crc = stripe_crc(
+                    self.cfg.scheme,
+                    &stripe,
+                    &bodies,
+                    &crcs,
+                    m,
+                    &mut self.shifts,
+                );
                 for (slot, ((holder, body), crc)) in
                     holders.iter().zip(bodies).zip(crcs).enumerate()
                 {
@@ -852,7 +863,14 @@ impl Storage {
 /// The CRC-32C of a stripe's data, from its pieces' CRCs where they are the data (systematic
 /// IDA's first `m`, partner's copy, XOR's segments, all in order), so that checking a rebuild
 /// costs no second pass at checkpoint time.
-fn stripe_crc(scheme: Scheme, stripe: &[u8], bodies: &[Bytes], crcs: &[u32], m: usize) -> u32 {
+fn stripe_crc(
+    scheme: Scheme,
+    stripe: &[u8],
+    bodies: &[Bytes],
+    crcs: &[u32],
+    m: usize,
+    shifts: &mut HashMap<usize, Shift>,
+) -> u32 {
     let data_pieces = match scheme {
         Scheme::Ida => m.min(bodies.len()),
         Scheme::Partner | Scheme::Xor { .. } => bodies.len(),
@@ -862,7 +880,13 @@ fn stripe_crc(scheme: Scheme, stripe: &[u8], bodies: &[Bytes], crcs: &[u32], m: 
     for (body, &piece_crc) in bodies.iter().zip(crcs).take(data_pieces) {
         let end = (at + body.len()).min(stripe.len());
         if end - at == body.len() {
-            crc = crc32c::crc32c_combine(crc, piece_crc, body.len());
+            if shifts.len() > 64 && !shifts.contains_key(&body.len()) {
+                shifts.clear(); // lengths are few (a stripe's pieces, its last one); bound them
+            }
+            let shift = shifts
+                .entry(body.len())
+                .or_insert_with(|| Shift::new(body.len()));
+            crc = shift.combine(crc, piece_crc);
         } else {
             // Systematic IDA's last data piece, padded with zeros past the stripe's end.
             crc = crc32c::crc32c_append(crc, &stripe[at..end]);
