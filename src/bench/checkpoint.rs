@@ -296,10 +296,15 @@ fn wait<P>(
     Ok(got)
 }
 
-/// State bytes per second through `scheme`'s coding of one state on one core.
+/// State bytes per second through `scheme`'s coding of one state on one core, stripe by
+/// stripe as the protocol codes it (`None` for partner copy, which codes nothing, and for an
+/// empty state).
 fn encode_rate(scheme: Scheme, nodes: usize, state: &Bytes) -> Option<f64> {
+    if state.is_empty() {
+        return None;
+    }
     let stripe = StorageConfig::default().stripe;
-    let reps = (256usize << 20).div_ceil(state.len().max(1)).max(1);
+    let reps = (256usize << 20).div_ceil(state.len()).max(1);
     let t0 = Instant::now();
     match scheme {
         Scheme::Partner => return None,
@@ -307,11 +312,22 @@ fn encode_rate(scheme: Scheme, nodes: usize, state: &Bytes) -> Option<f64> {
             let n = n_0(nodes).min(nodes);
             let m = n.div_ceil(2);
             let codec = Dispersal::new(n, m, Mode::Systematic).ok()?;
-            let l = codec.piece_len(stripe);
-            let mut parity: Vec<Vec<u8>> = (m..n).map(|_| vec![0u8; l]).collect();
+            let mut spill = Vec::new();
+            let mut parity: Vec<Vec<u8>> = Vec::new();
             for _ in 0..reps {
-                for chunk in state.chunks(m * l).filter(|c| c.len() == m * l) {
-                    let rows: Vec<&[u8]> = chunk.chunks(l).collect();
+                for s in state.chunks(stripe) {
+                    let l = codec.piece_len(s.len());
+                    // A short stripe is padded to m whole chunks, as the protocol pads it.
+                    let rows: Vec<&[u8]> = if s.len() == m * l {
+                        s.chunks(l).collect()
+                    } else {
+                        spill.clear();
+                        spill.extend_from_slice(s);
+                        spill.resize(m * l, 0);
+                        spill.chunks(l).collect()
+                    };
+                    parity.resize_with(n - m, Vec::new);
+                    parity.iter_mut().for_each(|p| p.resize(l, 0));
                     let mut outs: Vec<&mut [u8]> =
                         parity.iter_mut().map(|p| p.as_mut_slice()).collect();
                     codec.encode_rows(&rows, &mut outs);
