@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzz the wire decoder and handshake with libFuzzer (cargo-fuzz). The Rust toolchain here is
+# Fuzz every decoder of network and disk bytes (frames, every protocol message, the handshake,
+# IDA pieces) with libFuzzer (cargo-fuzz). The Rust toolchain here is
 # stable, so RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass its -Z sanitizer flags.
 #   tools/fuzz.sh [RUNS]    (default 1,000,000 executions, starting from fuzz/seeds/frame)
 set -euo pipefail

@@ -1,62 +1,91 @@
-//! Arbitrary bytes from the network: the frame decoder, the in-place message validation, the
-//! payloads shared out of the receive buffer and the handshake must answer with an error,
-//! never a panic, a hang or bytes other than the archive's.
+//! Arbitrary bytes from the network or a disk: the frame decoder (before and after
+//! authentication), every protocol's message validation (the same `Framed::read` the engine
+//! runs, payloads shared out of the receive buffer), the handshake from both ends, and the IDA
+//! piece parser must answer with an error, never a panic, a hang or bytes other than the
+//! archive's.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use weft::proto::agreement::AgreeMsg;
+use weft::proto::broadcast::OrderMsg;
+use weft::proto::membership::MemberMsg;
+use weft::proto::overlay::OverlayMsg;
+use weft::proto::ping::PingMsg;
+use weft::proto::relay::RelayMsg;
+use weft::proto::storage::StoreMsg;
 use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
-use weft::wire::{ArchivedMsg, FrameDecoder, Kind, Msg};
+use weft::wire::{Frame, FrameDecoder, Framed, Kind};
 use weft::NodeId;
 
+/// Read `frame` as `M`. A payload it hands out is no longer than the frame, and one large
+/// enough to be shared lies inside the frame's own bytes.
+fn read<M: Framed>(frame: &Frame) {
+    if let Ok(m) = M::read(frame) {
+        if let Some(p) = m.payload() {
+            assert!(
+                p.len() <= frame.body().len(),
+                "a payload longer than its frame"
+            );
+            if p.len() >= weft::buf::SHARE_MIN {
+                assert!(
+                    weft::buf::offset_within(frame.body(), p).is_some(),
+                    "a shared payload outside its frame"
+                );
+            }
+        }
+    }
+}
+
+fn every_protocol(frame: &Frame) {
+    read::<PingMsg>(frame);
+    read::<OverlayMsg>(frame);
+    read::<RelayMsg>(frame);
+    read::<MemberMsg>(frame);
+    read::<OrderMsg>(frame);
+    read::<StoreMsg>(frame);
+    read::<AgreeMsg>(frame);
+}
+
 fuzz_target!(|data: &[u8]| {
-    // Split the input in two pushes at a data-dependent point: exercises partial frames.
-    let cut = data.first().map_or(0, |&b| b as usize).min(data.len());
-    let mut d = FrameDecoder::new(1 << 16);
+    // The first byte picks where the input splits in two pushes (partial frames) and whether
+    // the decoder is past authentication (larger bodies, padding frames).
+    let first = data.first().copied().unwrap_or(0);
+    let cut = (first as usize).min(data.len());
+    let mut d = FrameDecoder::new(1 << 10);
+    if first & 1 == 1 {
+        d.authenticated(1 << 16);
+    }
     let me = Identity::new(7, NodeId(1), JobKey::from_bytes([9; 32]));
     let mut out = Vec::new();
     // Both ends of a handshake read the same frames: the responder that accepted the
-    // connection, and the initiator that dialed node 5 (the seed Hello's id), which also
-    // checks that the peer is the one it meant to reach. One that fails stops reading.
+    // connection, and the initiator that dialed node 5. One that fails stops reading.
     let mut ends = [
-        Some(
-            Handshake::with_nonce(Role::Responder, me.clone(), None, [2; 32], &mut out)
-                .expect("hello"),
-        ),
-        Some(
-            Handshake::with_nonce(Role::Initiator, me, Some(NodeId(5)), [3; 32], &mut out)
-                .expect("hello"),
-        ),
+        Handshake::with_nonce(Role::Responder, me.clone(), None, [2; 32], &mut out).ok(),
+        Handshake::with_nonce(Role::Initiator, me, Some(NodeId(5)), [3; 32], &mut out).ok(),
     ];
-    for part in [&data[..cut], &data[cut..]] {
+    'parts: for part in [&data[..cut], &data[cut..]] {
         d.push(part);
         loop {
             match d.next_frame() {
                 Ok(Some(frame)) => {
-                    let (kind, bytes) = (frame.kind, frame.body());
-                    if kind == Kind::Msg {
-                        if let Ok(m) = Msg::access(bytes) {
-                            let _ = m.to_overlay();
-                            if let ArchivedMsg::Ping { payload, .. }
-                            | ArchivedMsg::Pong { payload, .. }
-                            | ArchivedMsg::Data { payload } = m
-                            {
-                                let shared = frame.share(payload.as_slice());
-                                assert_eq!(&shared[..], payload.as_slice());
-                            }
-                        }
+                    if frame.kind == Kind::Msg {
+                        every_protocol(&frame);
                     }
                     for end in &mut ends {
-                        if end
-                            .as_mut()
-                            .is_some_and(|h| h.on_frame(kind, bytes, &mut out).is_err())
-                        {
+                        if end.as_mut().is_some_and(|h| {
+                            h.on_frame(frame.kind, frame.body(), &mut out).is_err()
+                        }) {
                             *end = None;
                         }
                     }
                 }
                 Ok(None) => break,
-                Err(_) => return,
+                Err(_) => break 'parts,
             }
         }
+    }
+    // The same bytes as a piece file.
+    if let Ok(p) = weft::ida::Piece::from_bytes(data) {
+        assert_eq!(p.body.len() as u64, p.header.piece_len);
     }
 });
