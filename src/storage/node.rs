@@ -133,6 +133,10 @@ pub struct Storage {
     codecs: HashMap<(usize, usize), Arc<Dispersal>>,
     /// CRC shift operators by piece length.
     shifts: HashMap<usize, Shift>,
+    /// The parity this process sent at its last checkpoint, and the buffers of it that the
+    /// engine has let go of: the next checkpoint encodes into them instead of fresh pages.
+    sent_parity: Vec<Bytes>,
+    spare: Vec<Vec<u8>>,
     version_counter: u64,
 }
 
@@ -161,6 +165,8 @@ impl Storage {
             reported_drops: HashSet::new(),
             codecs: HashMap::new(),
             shifts: HashMap::new(),
+            sent_parity: Vec::new(),
+            spare: Vec::new(),
             version_counter: 0,
         }
     }
@@ -245,6 +251,12 @@ impl Storage {
             );
         }
         self.note_version(version);
+        // Buffers of the last checkpoint's parity that no holder or send queue still holds.
+        for b in std::mem::take(&mut self.sent_parity) {
+            if let Ok(b) = b.try_into_mut() {
+                self.spare.push(Vec::from(b));
+            }
+        }
         let mut d = Dispersing {
             version,
             waiting: HashMap::new(),
@@ -348,16 +360,31 @@ impl Storage {
                         }
                     })
                     .collect();
-                let mut parity: Vec<Vec<u8>> = (m..n).map(|_| vec![0u8; l]).collect();
+                let mut parity: Vec<Vec<u8>> = (m..n).map(|_| self.parity_buffer(l)).collect();
                 if l > 0 && !parity.is_empty() {
                     let chunks: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
                     let mut outs: Vec<&mut [u8]> =
                         parity.iter_mut().map(|p| p.as_mut_slice()).collect();
                     codec.encode_rows(&chunks, &mut outs);
                 }
-                data.extend(parity.into_iter().map(Bytes::from));
+                let parity: Vec<Bytes> = parity.into_iter().map(Bytes::from).collect();
+                self.sent_parity.extend(parity.iter().cloned());
+                data.extend(parity);
                 data
             }
+        }
+    }
+
+    /// A buffer of `len` bytes for parity (the encoder overwrites all of it): a spare one when
+    /// it fits, else fresh.
+    fn parity_buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.spare.iter().rposition(|b| b.capacity() >= len) {
+            Some(i) => {
+                let mut b = self.spare.swap_remove(i);
+                b.resize(len, 0);
+                b
+            }
+            None => vec![0u8; len],
         }
     }
 
