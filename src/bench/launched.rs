@@ -167,23 +167,33 @@ impl Rank {
         )?;
         let mut listener = Some(listener);
         let mut node: Option<NodeHandle<Membership>> = None;
+        // A reply that cannot be written because rank 0 has already dismissed the ranks and
+        // exited (it does not wait for the last replies, such as a victim's "killed", which a
+        // busy host may send after the stabilization they trail): the "exit" it sent first is
+        // still in this socket's receive buffer, and it ends the rank normally.
+        let dismissed = |e: BenchError, rx: &mut ControlReceiver| -> Result<(), BenchError> {
+            while let Ok(m) = rx.recv(Some(Duration::from_secs(2))) {
+                if m["c"] == "exit" {
+                    return Ok(());
+                }
+            }
+            Err(e)
+        };
         loop {
             let m = rx.recv(None)?;
-            match m["c"].as_str() {
+            let reply = match m["c"].as_str() {
                 Some("bind") => {
                     if listener.is_none() {
                         listener = Some(bind(self.listen)?);
                     }
-                    send(&tx, json!({"r": "bound"}))?;
+                    json!({"r": "bound"})
                 }
                 Some("start") => {
                     let l = listener.take().ok_or_else(|| failed("start before bind"))?;
                     let n = self.start(l, tx.clone())?;
-                    send(
-                        &tx,
-                        json!({"r": "started", "backend": n.backend.to_string()}),
-                    )?;
+                    let reply = json!({"r": "started", "backend": n.backend.to_string()});
                     node = Some(n);
+                    reply
                 }
                 Some("kill") => {
                     // The time of the kill, not of its end: peers may see it before `kill`
@@ -192,20 +202,15 @@ impl Rank {
                     if let Some(mut n) = node.take() {
                         n.kill();
                     }
-                    send(&tx, json!({"r": "killed", "ns": at}))?;
+                    json!({"r": "killed", "ns": at})
                 }
                 Some("stop") => {
                     if let Some(mut n) = node.take() {
                         let _ = n.stop();
                     }
-                    send(&tx, json!({"r": "stopped"}))?;
+                    json!({"r": "stopped"})
                 }
-                Some("clock") => {
-                    send(
-                        &tx,
-                        json!({"r": "clock", "seq": m["seq"], "ns": monotonic_ns()}),
-                    )?;
-                }
+                Some("clock") => json!({"r": "clock", "seq": m["seq"], "ns": monotonic_ns()}),
                 Some("exit") => {
                     if let Some(mut n) = node.take() {
                         let _ = n.stop();
@@ -213,6 +218,9 @@ impl Rank {
                     return Ok(());
                 }
                 _ => return Err(failed(format!("control: unexpected {m}"))),
+            };
+            if let Err(e) = send(&tx, reply) {
+                return dismissed(e, &mut rx);
             }
         }
     }
