@@ -270,8 +270,7 @@ impl Storage {
                 continue;
             };
             for s in 0..self.stripes(data.len()) {
-                let at = (s * self.cfg.stripe).min(data.len());
-                let stripe = data.slice(at..(at + self.cfg.stripe).min(data.len()));
+                let stripe = data.slice(stripe_range(s, self.cfg.stripe, data.len()));
                 let mut meta = PieceMeta {
                     scheme: self.cfg.scheme.byte(),
                     n: holders.len() as u8,
@@ -531,8 +530,7 @@ impl Storage {
             return out.send(NodeId(to), StoreMsg::Missing { key });
         };
         let stripe_len = meta.stripe_len as usize;
-        let at = (key.stripe as usize * stripe_len).min(meta.state_len as usize);
-        let lost_len = (meta.state_len as usize - at).min(stripe_len);
+        let lost_len = stripe_range(key.stripe as usize, stripe_len, meta.state_len as usize).len();
         if !body.is_empty() && body.len() != lost_len {
             return out.send(NodeId(to), StoreMsg::Missing { key });
         }
@@ -542,8 +540,7 @@ impl Storage {
             body.to_vec()
         };
         let mine = snap.states.get(&self.me.0).cloned().unwrap_or_default();
-        let my_at = (key.stripe as usize * stripe_len).min(mine.len());
-        let my_stripe = &mine[my_at..(my_at + stripe_len).min(mine.len())];
+        let my_stripe = &mine[stripe_range(key.stripe as usize, stripe_len, mine.len())];
         let parity = self
             .parity
             .get(&(key.version, key.stripe))
@@ -669,24 +666,19 @@ impl Storage {
                 };
                 r.stripes[s].next = 1;
                 let first = NodeId(chain.remove(0));
-                let fold = StoreMsg::Fold {
-                    key,
-                    chain,
-                    to: me.0,
-                    body: Payload::default(),
-                };
+                let body = Payload::default();
                 if first == me {
-                    if let StoreMsg::Fold {
-                        key,
-                        chain,
-                        to,
-                        body,
-                    } = fold
-                    {
-                        self.fold(key, chain, to, body, out);
-                    }
+                    self.fold(key, chain, me.0, body, out);
                 } else {
-                    out.send(first, fold);
+                    out.send(
+                        first,
+                        StoreMsg::Fold {
+                            key,
+                            chain,
+                            to: me.0,
+                            body,
+                        },
+                    );
                 }
             }
             return;
@@ -788,6 +780,14 @@ impl Storage {
 
     /// Rebuild stripe `s` once `m` pieces are in, or ask for more.
     fn progress(&mut self, vid: u64, version: u64, s: usize, out: &mut Outbox<StoreMsg>) {
+        // The coding, from the cache: made here, per stripe, it would invert its matrix anew.
+        let codec = match self.recoveries.get(&(vid, version)) {
+            Some(r) if r.placement.scheme == Scheme::Ida => match r.stripes[s].meta {
+                Some(meta) => self.codec(usize::from(meta.n), r.m),
+                None => None,
+            },
+            _ => None,
+        };
         let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
             return;
         };
@@ -798,12 +798,11 @@ impl Storage {
         let (Some(meta), Some(len)) = (g.meta, r.state_len) else {
             return;
         };
-        let at = (s * self.cfg.stripe).min(len as usize);
-        let end = (at + self.cfg.stripe).min(len as usize);
+        let range = stripe_range(s, self.cfg.stripe, len as usize);
         let n = usize::from(meta.n);
         g.done = true;
         let pieces: Vec<(u8, Payload)> = std::mem::take(&mut g.got);
-        let dst = &mut r.out[at..end];
+        let dst = &mut r.out[range.clone()];
         let rebuilt = match r.placement.scheme {
             Scheme::Partner | Scheme::Xor { .. } => match pieces.first() {
                 Some((_, body)) if body.len() == dst.len() => {
@@ -812,21 +811,16 @@ impl Storage {
                 }
                 _ => Err("a piece of the wrong length".to_string()),
             },
-            Scheme::Ida => {
-                let m = r.m;
-                let codec = self.codecs.get(&(n, m)).cloned();
-                match codec.or_else(|| Dispersal::new(n, m, Mode::Systematic).ok().map(Arc::new)) {
-                    Some(codec) => {
-                        let refs: Vec<(u8, &[u8])> =
-                            pieces.iter().map(|(i, b)| (*i, &b[..])).collect();
-                        codec.decode_into(&refs, dst).map_err(|e| e.to_string())
-                    }
-                    None => Err(format!("no IDA coding for n = {n}, m = {m}")),
+            Scheme::Ida => match codec {
+                Some(codec) => {
+                    let refs: Vec<(u8, &[u8])> = pieces.iter().map(|(i, b)| (*i, &b[..])).collect();
+                    codec.decode_into(&refs, dst).map_err(|e| e.to_string())
                 }
-            }
+                None => Err(format!("no IDA coding for n = {n}, m = {}", r.m)),
+            },
         };
         let checked = rebuilt.and_then(|()| {
-            if crc32c::crc32c(&r.out[at..end]) == meta.stripe_crc {
+            if crc32c::crc32c(&r.out[range]) == meta.stripe_crc {
                 Ok(())
             } else {
                 Err("the rebuilt stripe does not match its CRC-32C".into())
@@ -885,6 +879,12 @@ impl Storage {
             .get(&(key.vid, key.version))
             .is_some_and(|r| matches!(r.placement.scheme, Scheme::Xor { .. }))
     }
+}
+
+/// Bytes of stripe `s` of a state of `len` bytes cut in stripes of `stripe` (empty past the end).
+fn stripe_range(s: usize, stripe: usize, len: usize) -> std::ops::Range<usize> {
+    let at = s.saturating_mul(stripe).min(len);
+    at..(at + stripe).min(len)
 }
 
 /// The CRC-32C of a stripe's data, from its pieces' CRCs where they are the data (systematic
@@ -965,11 +965,7 @@ impl Protocol for Storage {
                 self.fold(key, chain, to, body, out)
             }
             StoreMsg::Folded { key, meta, body } => {
-                let expected = self
-                    .recoveries
-                    .get(&(key.vid, key.version))
-                    .is_some_and(|r| matches!(r.placement.scheme, Scheme::Xor { .. }));
-                if expected {
+                if self.recovering_xor(key) {
                     self.folded(key, meta, body, out);
                 }
             }
