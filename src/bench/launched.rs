@@ -167,18 +167,6 @@ impl Rank {
         )?;
         let mut listener = Some(listener);
         let mut node: Option<NodeHandle<Membership>> = None;
-        // A reply that cannot be written because rank 0 has already dismissed the ranks and
-        // exited (it does not wait for the last replies, such as a victim's "killed", which a
-        // busy host may send after the stabilization they trail): the "exit" it sent first is
-        // still in this socket's receive buffer, and it ends the rank normally.
-        let dismissed = |e: BenchError, rx: &mut ControlReceiver| -> Result<(), BenchError> {
-            while let Ok(m) = rx.recv(Some(Duration::from_secs(2))) {
-                if m["c"] == "exit" {
-                    return Ok(());
-                }
-            }
-            Err(e)
-        };
         loop {
             let m = rx.recv(None)?;
             let reply = match m["c"].as_str() {
@@ -220,7 +208,7 @@ impl Rank {
                 _ => return Err(failed(format!("control: unexpected {m}"))),
             };
             if let Err(e) = send(&tx, reply) {
-                return dismissed(e, &mut rx);
+                return dismissed_or(e, &mut rx);
             }
         }
     }
@@ -265,6 +253,29 @@ impl Rank {
         });
         Ok(node)
     }
+}
+
+/// After a reply that could not be written: rank 0 may have dismissed the ranks and exited
+/// (it does not wait for the last replies, such as a victim's "killed", which a busy host may
+/// send after the stabilization it trails). Its "exit" is then still in this socket's receive
+/// buffer and ends the rank normally; anything else is the error `e`.
+fn dismissed_or(e: BenchError, rx: &mut ControlReceiver) -> Result<(), BenchError> {
+    while let Ok(m) = rx.recv(Some(Duration::from_secs(2))) {
+        if m["c"] == "exit" {
+            return Ok(());
+        }
+    }
+    Err(e)
+}
+
+/// A "view" event's name (epoch, root) and members.
+fn view_report(e: &Value) -> ((u64, u64), Vec<u64>) {
+    let view: Vec<u64> = serde_json::from_value(e["view"].clone()).unwrap_or_default();
+    let name = (
+        e["epoch"].as_u64().unwrap_or(0),
+        e["root"].as_u64().unwrap_or(u64::MAX),
+    );
+    (name, view)
 }
 
 /// This host's kernel boot id: processes that report the same one share `CLOCK_MONOTONIC`.
@@ -529,13 +540,7 @@ impl Driver {
                     decided.insert(who);
                 }
                 Some("view") => {
-                    let view: Vec<u64> =
-                        serde_json::from_value(e["view"].clone()).unwrap_or_default();
-                    let name = (
-                        e["epoch"].as_u64().unwrap_or(0),
-                        e["root"].as_u64().unwrap_or(u64::MAX),
-                    );
-                    last_view.insert(u64::from(who), (name, view));
+                    last_view.insert(u64::from(who), view_report(&e));
                 }
                 Some("stabilized") => {
                     let name = (e["epoch"].as_u64().unwrap_or(0), u64::from(who));
@@ -561,13 +566,7 @@ impl Driver {
             };
             if let Some(e) = ev(&v) {
                 if e["kind"] == "view" {
-                    let view: Vec<u64> =
-                        serde_json::from_value(e["view"].clone()).unwrap_or_default();
-                    let name = (
-                        e["epoch"].as_u64().unwrap_or(0),
-                        e["root"].as_u64().unwrap_or(u64::MAX),
-                    );
-                    last_view.insert(u64::from(who), (name, view));
+                    last_view.insert(u64::from(who), view_report(&e));
                 }
             }
         }
@@ -604,5 +603,51 @@ impl Driver {
     /// Stop every rank's node and let the ranks go.
     fn dismiss(&mut self) {
         let _ = self.tell_all(json!({"c": "exit"}));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::control::split;
+
+    /// A rank and rank 0's end of one control connection, and rank 0 telling the rank `lines`
+    /// before it goes away.
+    fn rank_after_driver_left(lines: &[Value]) -> (ControlSender, ControlReceiver) {
+        let key = crate::transport::JobKey::from_bytes([4; 32]);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let rank = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (driver, _) = l.accept().unwrap();
+        let (mut down, up) = split(driver, &key, Direction::Down).unwrap();
+        for v in lines {
+            down.send(v).unwrap();
+        }
+        drop((down, up));
+        split(rank, &key, Direction::Up).unwrap()
+    }
+
+    /// A reply written after rank 0 left fails (the first write may still be taken).
+    fn failed_reply(tx: &mut ControlSender) -> BenchError {
+        for _ in 0..100 {
+            if let Err(e) = tx.send(&json!({"r": "killed", "ns": 1})) {
+                return e.into();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("writes to a closed connection kept succeeding");
+    }
+
+    #[test]
+    fn a_reply_that_finds_rank_0_gone_after_its_exit_ends_the_rank_normally() {
+        let (mut tx, mut rx) = rank_after_driver_left(&[json!({"c": "exit"})]);
+        let e = failed_reply(&mut tx);
+        assert!(dismissed_or(e, &mut rx).is_ok());
+    }
+
+    #[test]
+    fn a_reply_that_finds_rank_0_gone_without_an_exit_is_an_error() {
+        let (mut tx, mut rx) = rank_after_driver_left(&[json!({"c": "clock", "seq": 1})]);
+        let e = failed_reply(&mut tx);
+        assert!(dismissed_or(e, &mut rx).is_err());
     }
 }
