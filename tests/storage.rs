@@ -60,3 +60,26 @@ fn states_survive_half_of_each_neighborhood_and_fail_cleanly_beyond() {
         other => panic!("expected an error, got {other:?}"),
     }
 }
+
+#[test]
+fn requests_out_of_order_are_refused_with_a_reason() {
+    let job = Checkpointer::on_loopback(3, &Default::default(), &StorageConfig::default())
+        .expect("nodes start");
+    // Nothing taken yet: a recovery is refused, not left waiting.
+    match job[0].recover(1, None) {
+        Err(StoreError::Rejected(why)) => assert!(why.contains("no checkpoint"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    job[0].protect(0, vec![1u8; 5000]);
+    job[0].checkpoint(4).expect("checkpoint 4");
+    // Not newer than the last: refused.
+    match job[0].checkpoint(4) {
+        Err(StoreError::Rejected(why)) => assert!(why.contains("not newer"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A state nobody protected: an error, never bytes.
+    assert!(matches!(
+        job[1].recover(99, Some(4)),
+        Err(StoreError::Rejected(_)) | Err(StoreError::Unrecoverable { .. })
+    ));
+}
