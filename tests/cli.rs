@@ -66,6 +66,42 @@ fn sim_bmg_json_has_the_documented_fields() {
     assert!((projected - total as f64 * 50e-6).abs() < 1e-12);
 }
 
+/// `--async-policy` reaches the run and its JSON; on a binomial tree taking messages first
+/// is faster than alternating (the leaves' repeated Info messages queue at the root).
+#[test]
+fn sim_bmg_async_policies_are_named_and_differ() {
+    let steps = |policy: &str| {
+        let v = one_json(&succeed(&[
+            "sim",
+            "bmg",
+            "--tree",
+            "binomial",
+            "--depth",
+            "10",
+            "--scheduler",
+            "async",
+            "--async-policy",
+            policy,
+            "--seed",
+            "3",
+            "--json",
+        ]));
+        assert_eq!(v["converged"], true, "{policy}");
+        let name = v["policy"].as_str().unwrap().to_string();
+        (name, v["total_phases"].as_u64().unwrap())
+    };
+    let (first, alternate, random) = (steps("msg-first"), steps("alternate"), steps("random"));
+    assert_eq!(first.0, "msg-first");
+    assert_eq!(alternate.0, "alternate");
+    assert!(random.0.starts_with("random"), "{}", random.0);
+    assert!(first.1 < alternate.1, "{first:?} {alternate:?}");
+    let sync = one_json(&succeed(&["sim", "bmg", "--depth", "4", "--json"]));
+    assert!(
+        sync["policy"].is_null(),
+        "no policy under the sync scheduler"
+    );
+}
+
 #[test]
 fn sim_bmg_random_init_is_reproducible_from_its_seed() {
     let args = [

@@ -1,18 +1,30 @@
 //! Self-stabilization: from arbitrary configurations (random `Succ`, `Pred`, `CW`, `CCW`, random
 //! quiet flags and garbage messages in the channels) Algorithms 1 and 2 must reach the oracle's
-//! ring and BMG on every launch-tree shape and under both schedulers, and then stay silent.
+//! ring and BMG on every launch-tree shape, under both schedulers and every asynchronous
+//! policy (random interleavings and message delays among them), and then stay silent.
 
 use weft::sim::bmg::{run, BmgSimConfig, Init, Refresh};
 use weft::sim::tree::TreeKind;
-use weft::sim::Scheduler;
+use weft::sim::{AsyncPolicy, Scheduler};
 
 fn check(tree: TreeKind, depth: u32, scheduler: Scheduler, seeds: std::ops::Range<u64>) {
+    check_with(tree, depth, scheduler, AsyncPolicy::MsgFirst, seeds)
+}
+
+fn check_with(
+    tree: TreeKind,
+    depth: u32,
+    scheduler: Scheduler,
+    policy: AsyncPolicy,
+    seeds: std::ops::Range<u64>,
+) {
     for seed in seeds {
         let cfg = BmgSimConfig {
             tree,
             depth,
             degree: 4,
             scheduler,
+            policy,
             init: Init::Random,
             seed,
             refresh: Refresh::Auto,
@@ -24,11 +36,11 @@ fn check(tree: TreeKind, depth: u32, scheduler: Scheduler, seeds: std::ops::Rang
         let r = run(&cfg).unwrap();
         assert!(
             r.converged,
-            "{tree} depth {depth} {scheduler} seed {seed}: no convergence"
+            "{tree} depth {depth} {scheduler} {policy} seed {seed}: no convergence"
         );
         assert_eq!(
             r.changes_after, 0,
-            "{tree} depth {depth} {scheduler} seed {seed}: state changed after convergence"
+            "{tree} depth {depth} {scheduler} {policy} seed {seed}: state changed after convergence"
         );
     }
 }
@@ -81,5 +93,30 @@ fn without_refresh_a_clean_start_still_converges() {
         };
         let r = run(&cfg).unwrap();
         assert!(r.converged && r.changes_after == 0, "{tree}");
+    }
+}
+
+#[test]
+fn every_tree_under_random_interleavings_and_delays() {
+    for (tree, depth) in [
+        (TreeKind::Binary, 5),
+        (TreeKind::Binomial, 6),
+        (TreeKind::Random, 4),
+    ] {
+        for max_delay in [0, 3, 8] {
+            let policy = AsyncPolicy::Random { max_delay };
+            check_with(tree, depth, Scheduler::Async, policy, 0..12);
+        }
+    }
+}
+
+#[test]
+fn every_tree_when_rules_and_messages_alternate() {
+    for (tree, depth) in [
+        (TreeKind::Binary, 6),
+        (TreeKind::Binomial, 7),
+        (TreeKind::Random, 5),
+    ] {
+        check_with(tree, depth, Scheduler::Async, AsyncPolicy::Alternate, 0..12);
     }
 }

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use weft::rng::SimRng;
 use weft::sim::bmg::{run as run_sim, sweep_depths, BmgRun, BmgSimConfig, Init, Refresh};
-use weft::sim::Scheduler;
+use weft::sim::{AsyncPolicy, Scheduler};
 
 /// Arguments of `weft sim bmg`.
 #[derive(Args, Debug)]
@@ -27,6 +27,12 @@ pub struct BmgArgs {
     /// Synchronous phases or asynchronous steps.
     #[arg(long, value_enum, default_value = "sync")]
     scheduler: SchedulerArg,
+    /// Asynchronous steps: what a process with both a due rule and a message does.
+    #[arg(long, value_enum, default_value = "msg-first")]
+    async_policy: AsyncPolicyArg,
+    /// With --async-policy random: most extra steps a message waits (channels stay FIFO).
+    #[arg(long, default_value_t = 4)]
+    max_delay: u32,
     /// Per-message latency, to project seconds from rounds.
     #[arg(long, default_value_t = 50.0)]
     latency_us: f64,
@@ -72,6 +78,27 @@ pub struct BmgArgs {
     json: bool,
 }
 
+/// What an asynchronous step does when a process could both fire a rule and take a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AsyncPolicyArg {
+    /// The message (the policy under which the paper's figures reproduce).
+    MsgFirst,
+    /// Alternate between the two.
+    Alternate,
+    /// A seeded coin, and seeded per-message delays up to --max-delay steps.
+    Random,
+}
+
+impl AsyncPolicyArg {
+    fn policy(self, max_delay: u32) -> AsyncPolicy {
+        match self {
+            AsyncPolicyArg::MsgFirst => AsyncPolicy::MsgFirst,
+            AsyncPolicyArg::Alternate => AsyncPolicy::Alternate,
+            AsyncPolicyArg::Random => AsyncPolicy::Random { max_delay },
+        }
+    }
+}
+
 /// Bytes of memory to count per simulated process: a binary tree of depth 18 (524 287
 /// processes) peaks at 1.05 KB each (maximum resident set, synchronous; 1.14 KB asynchronous),
 /// and the vectors that grow by doubling can take twice that at their next growth.
@@ -104,6 +131,7 @@ impl BmgArgs {
             depth: self.depth,
             degree: self.degree,
             scheduler: self.scheduler.into(),
+            policy: self.async_policy.policy(self.max_delay),
             latency,
             init,
             seed,
@@ -121,16 +149,17 @@ fn rounds(r: Option<u64>) -> String {
     r.map_or("-".to_string(), |r| r.to_string())
 }
 
-const CSV_HEADER: &str = "nodes,tree,depth,degree,scheduler,init,ring_phases,bmg_phases,total_phases,projected_s,max_msgs_per_proc,total_msgs,converged,seed,wall_s";
+const CSV_HEADER: &str = "nodes,tree,depth,degree,scheduler,policy,init,ring_phases,bmg_phases,total_phases,projected_s,max_msgs_per_proc,total_msgs,converged,seed,wall_s";
 
 fn csv_row(r: &BmgRun) -> String {
     format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6}",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6}",
         r.nodes,
         r.tree,
         r.depth,
         r.degree,
         r.scheduler,
+        r.policy.as_deref().unwrap_or(""),
         r.init,
         // An empty field where the run did not get there.
         r.ring_phases.map_or(String::new(), |p| p.to_string()),
@@ -155,11 +184,14 @@ fn unit(s: Scheduler) -> &'static str {
 fn print_run(r: &BmgRun, latency_us: f64) {
     let u = unit(r.scheduler);
     say!(
-        "weft sim bmg: {} tree, depth {}, {} processes, {} scheduler, {} init, seed {}",
+        "weft sim bmg: {} tree, depth {}, {} processes, {} scheduler{}, {} init, seed {}",
         r.tree,
         r.depth,
         r.nodes,
         r.scheduler,
+        r.policy
+            .as_ref()
+            .map_or(String::new(), |p| format!(" ({p})")),
         r.init,
         r.seed
     );
@@ -272,7 +304,11 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
         let u = unit(scheduler);
         let tree: weft::sim::tree::TreeKind = args.tree.into();
         let init: Init = args.init.into();
-        say!("weft sim bmg --sweep: {tree} trees, {scheduler} scheduler, {init} init, seed {seed}");
+        let policy = match scheduler {
+            Scheduler::Sync => String::new(),
+            Scheduler::Async => format!(" ({})", args.async_policy.policy(args.max_delay)),
+        };
+        say!("weft sim bmg --sweep: {tree} trees, {scheduler} scheduler{policy}, {init} init, seed {seed}");
         say!(
             "{:>9} {:>5} {:>9} {:>9} {:>9} {:>12} {:>9} {:>12} {:>5} {:>8}",
             "nodes",

@@ -7,7 +7,7 @@
 //! [`crate::topology::bmg`]'s formulas over ring positions.
 
 use super::tree::{Tree, TreeError, TreeKind};
-use super::world::{Scheduler, World};
+use super::world::{AsyncPolicy, Scheduler, World};
 use crate::proto::bmg::BmgMsg;
 use crate::proto::overlay::{Overlay, OverlayMsg};
 use crate::proto::ring::{Ring, RingMsg};
@@ -121,6 +121,8 @@ pub struct BmgSimConfig {
     pub degree: u32,
     /// Phases or steps.
     pub scheduler: Scheduler,
+    /// Under the asynchronous scheduler: a rule or a message first (seeded by `seed`).
+    pub policy: AsyncPolicy,
     /// Per-message latency used to project seconds from rounds (50 µs in the paper).
     pub latency: Duration,
     /// Initial configuration.
@@ -147,6 +149,7 @@ impl Default for BmgSimConfig {
             depth: 10,
             degree: 4,
             scheduler: Scheduler::Sync,
+            policy: AsyncPolicy::MsgFirst,
             latency: Duration::from_micros(50),
             init: Init::Empty,
             seed: 1,
@@ -172,6 +175,8 @@ pub struct BmgRun {
     pub degree: u32,
     /// Scheduler.
     pub scheduler: Scheduler,
+    /// The asynchronous scheduler's policy (`None` under the synchronous one).
+    pub policy: Option<String>,
     /// Initial configuration.
     pub init: Init,
     /// Rounds (phases or steps) since which the ring has been correct (`None`: it was not
@@ -277,7 +282,8 @@ pub fn build_world(tree: &Tree, cfg: &BmgSimConfig) -> World<Overlay> {
             Overlay::new(ring, n, spont)
         })
         .collect();
-    World::new(nodes, cfg.scheduler, cfg.latency)
+    // Its own stream: the tree and the corruption of a seed stay the same under every policy.
+    World::new(nodes, cfg.scheduler, cfg.latency).with_policy(cfg.policy, cfg.seed ^ 0x5c4e_d01e)
 }
 
 /// Replace every process's state by random values and fill channels with garbage.
@@ -415,6 +421,7 @@ pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, BmgError> {
         depth: cfg.depth,
         degree: cfg.degree,
         scheduler: cfg.scheduler,
+        policy: (cfg.scheduler == Scheduler::Async).then(|| cfg.policy.to_string()),
         init: cfg.init,
         ring_phases: ring_at,
         bmg_phases: both_at.zip(ring_at).map(|(b, r)| b.saturating_sub(r)),

@@ -14,4 +14,4 @@ pub mod timed;
 pub mod tree;
 pub mod world;
 
-pub use world::{Scheduler, World};
+pub use world::{AsyncPolicy, Scheduler, World};

@@ -7,9 +7,10 @@
 //! rounds later.
 
 use crate::proto::{Action, Outbox, Protocol, Time, TimerId};
+use crate::rng::SimRng;
 use crate::NodeId;
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
@@ -23,8 +24,44 @@ pub enum Scheduler {
     Sync,
     /// A step: each process either fires one due spontaneous rule or consumes exactly one
     /// message (FIFO over all its channels); what is sent is delivered from the next step on.
-    /// When both are possible a process alternates, so neither starves the other.
+    /// Which of the two it does when both are possible is the [`AsyncPolicy`].
     Async,
+}
+
+/// Most steps a due rule waits behind messages under [`AsyncPolicy::MsgFirst`].
+pub const MSG_FIRST_PATIENCE: u64 = 1024;
+
+/// What a process does in an asynchronous step when it could both fire a due spontaneous rule
+/// and consume a message. The paper's text ("each process either executes the spontaneous
+/// rule if applicable, or consumes one (and only one) message") fixes one action per step, not
+/// which; the choice moves the projected time by 2× on binomial trees, because a leaf that
+/// fires before it reads re-sends `Info` messages that queue at the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncPolicy {
+    /// Take a pending message first; fire a due rule when nothing is left to read, or once it
+    /// has waited [`MSG_FIRST_PATIENCE`] steps (without that bound two processes that keep a
+    /// garbage message bouncing between them would never fire their rules, which the proofs'
+    /// fair scheduler forbids; from a clean start no rule waits that long).
+    MsgFirst,
+    /// Alternate between the two, so neither starves the other.
+    Alternate,
+    /// A seeded coin decides, and every message is delayed by `0..=max_delay` further steps
+    /// (channels stay FIFO): one random interleaving per seed, for the self-stabilization
+    /// tests and to see how far a schedule moves a figure.
+    Random {
+        /// Most extra steps a message may wait before it can be consumed.
+        max_delay: u32,
+    },
+}
+
+impl fmt::Display for AsyncPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AsyncPolicy::MsgFirst => f.write_str("msg-first"),
+            AsyncPolicy::Alternate => f.write_str("alternate"),
+            AsyncPolicy::Random { max_delay } => write!(f, "random(delay<={max_delay})"),
+        }
+    }
 }
 
 impl fmt::Display for Scheduler {
@@ -81,8 +118,16 @@ pub struct World<P: Protocol> {
     in_flight: Vec<Envelope<P::Msg>>,
     /// Sync only: the phase's messages grouped by block of receivers.
     buckets: Vec<Vec<Envelope<P::Msg>>>,
-    /// Async only: each process's incoming queue.
-    inbox: Vec<VecDeque<Envelope<P::Msg>>>,
+    /// Async only: each process's incoming queue, with the step from which each message may
+    /// be consumed (in order: the queue is FIFO over all the process's channels).
+    inbox: Vec<VecDeque<(u64, Envelope<P::Msg>)>>,
+    /// Async only: the choice between a rule and a message.
+    policy: AsyncPolicy,
+    /// Async, random policy only: the coin and the delays.
+    rng: SimRng,
+    /// Async, random policy only: each channel's latest ready step, so that a delayed message
+    /// is never overtaken by a later one on its channel.
+    channel_ready: HashMap<(u32, u32), u64>,
     /// Messages in flight that descend from injected garbage.
     tainted: u64,
     /// Async only: whether the process fired a rule in its last step (for alternation).
@@ -110,6 +155,9 @@ impl<P: Protocol> World<P> {
                 Scheduler::Async => (0..n).map(|_| VecDeque::new()).collect(),
                 Scheduler::Sync => Vec::new(),
             },
+            policy: AsyncPolicy::Alternate,
+            rng: SimRng::new(0),
+            channel_ready: HashMap::new(),
             tainted: 0,
             fired_last: vec![false; if scheduler == Scheduler::Async { n } else { 0 }],
             versions,
@@ -119,6 +167,14 @@ impl<P: Protocol> World<P> {
             },
             out: Outbox::new(),
         }
+    }
+
+    /// Choose the asynchronous scheduler's policy (the default alternates), with the seed of
+    /// its random choices.
+    pub fn with_policy(mut self, policy: AsyncPolicy, seed: u64) -> Self {
+        self.policy = policy;
+        self.rng = SimRng::new(seed);
+        self
     }
 
     /// The protocol instances.
@@ -153,7 +209,8 @@ impl<P: Protocol> World<P> {
         };
         match self.scheduler {
             Scheduler::Sync => self.in_flight.push(env),
-            Scheduler::Async => self.inbox[to as usize].push_back(env),
+            // Garbage is there from the start: ahead of anything the run sends.
+            Scheduler::Async => self.inbox[to as usize].push_back((0, env)),
         }
     }
 
@@ -163,7 +220,7 @@ impl<P: Protocol> World<P> {
         for env in self
             .in_flight
             .iter_mut()
-            .chain(self.inbox.iter_mut().flatten())
+            .chain(self.inbox.iter_mut().flatten().map(|(_, env)| env))
         {
             env.tainted = true;
         }
@@ -198,8 +255,21 @@ impl<P: Protocol> World<P> {
         match self.scheduler {
             Scheduler::Sync => self.in_flight.extend(sent),
             Scheduler::Async => {
+                let next = self.round + 1;
                 for env in sent {
-                    self.inbox[env.to as usize].push_back(env);
+                    let AsyncPolicy::Random { max_delay } = self.policy else {
+                        self.inbox[env.to as usize].push_back((next, env));
+                        continue;
+                    };
+                    let delay = self.rng.below(max_delay as u64 + 1);
+                    let last = self.channel_ready.entry((env.from, env.to)).or_insert(0);
+                    let ready = (next + delay).max(*last);
+                    *last = ready;
+                    // After everything ready no later: the channel's earlier messages stay
+                    // ahead, and the queue stays sorted by readiness.
+                    let q = &mut self.inbox[env.to as usize];
+                    let at = q.partition_point(|&(r, _)| r <= ready);
+                    q.insert(at, (ready, env));
                 }
             }
         }
@@ -264,15 +334,28 @@ impl<P: Protocol> World<P> {
         let now = self.now();
         let mut sent = Vec::new();
         for p in 0..self.nodes.len() {
-            let due = self.timers[p].iter().any(|&(_, d)| d <= self.round);
-            let has_msg = !self.inbox[p].is_empty();
-            let fire = due && (!has_msg || !self.fired_last[p]);
+            let due_since = self.timers[p]
+                .iter()
+                .map(|&(_, d)| d)
+                .filter(|&d| d <= self.round)
+                .min();
+            let has_msg = self.inbox[p]
+                .front()
+                .is_some_and(|&(ready, _)| ready <= self.round);
+            let fire = due_since.is_some_and(|since| {
+                !has_msg
+                    || match self.policy {
+                        AsyncPolicy::MsgFirst => self.round - since >= MSG_FIRST_PATIENCE,
+                        AsyncPolicy::Alternate => !self.fired_last[p],
+                        AsyncPolicy::Random { .. } => self.rng.chance(0.5),
+                    }
+            });
             let mut tainted = false;
             if fire {
                 if let Some(t) = self.take_due_timer(p as u32) {
                     self.nodes[p].on_timer(now, t, &mut self.out);
                 }
-            } else if let Some(env) = self.inbox[p].pop_front() {
+            } else if let Some((_, env)) = has_msg.then(|| self.inbox[p].pop_front()).flatten() {
                 self.traffic.received[p] += 1;
                 self.tainted -= env.tainted as u64;
                 tainted = env.tainted;
@@ -341,5 +424,138 @@ impl<P: Protocol> World<P> {
             self.versions[p as usize] = v;
             changed(p, &self.nodes[p as usize]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every process sends `count` numbered messages to every other at start and checks that
+    /// each channel delivers them in order; a timer that re-arms itself makes every step a
+    /// choice between a rule and a message.
+    struct Numbered {
+        n: u32,
+        count: u32,
+        next: Vec<u32>,
+        fired: u32,
+        /// The step of the first rule fired.
+        first_fire: Option<u64>,
+        order: Vec<(u32, u32)>,
+    }
+
+    impl Protocol for Numbered {
+        type Msg = u32;
+        fn on_start(&mut self, _: Time, out: &mut Outbox<u32>) {
+            for i in 0..self.count {
+                for to in 0..self.n {
+                    out.send(NodeId(to as u64), i);
+                }
+            }
+            out.set_timer(TimerId(1), Duration::from_micros(1));
+        }
+        fn on_message(&mut self, _: Time, from: NodeId, msg: u32, _: &mut Outbox<u32>) {
+            let next = &mut self.next[from.0 as usize];
+            assert_eq!(msg, *next, "channel {from} out of order");
+            *next += 1;
+            self.order.push((from.0 as u32, msg));
+        }
+        fn on_timer(&mut self, now: Time, _: TimerId, out: &mut Outbox<u32>) {
+            // A step lasts 1 µs.
+            self.first_fire.get_or_insert(now.0 / 1000);
+            self.fired += 1;
+            if self.fired < 40 {
+                out.set_timer(TimerId(1), Duration::from_micros(1));
+            }
+        }
+    }
+
+    type Outcome = (Vec<Vec<(u32, u32)>>, u64, Vec<Option<u64>>);
+
+    fn run(policy: AsyncPolicy, seed: u64) -> Outcome {
+        let (n, count) = (4, 30);
+        let nodes = (0..n)
+            .map(|_| Numbered {
+                n,
+                count,
+                next: vec![0; n as usize],
+                fired: 0,
+                first_fire: None,
+                order: Vec::new(),
+            })
+            .collect();
+        let mut w =
+            World::new(nodes, Scheduler::Async, Duration::from_micros(1)).with_policy(policy, seed);
+        w.start(&mut |_, _| {});
+        while w.round() < 1000 {
+            w.run_round(&mut |_, _| {});
+        }
+        for p in w.nodes() {
+            assert!(p.next.iter().all(|&k| k == count), "every message arrived");
+        }
+        let first_fire = w.nodes().iter().map(|p| p.first_fire).collect();
+        (
+            w.nodes().iter().map(|p| p.order.clone()).collect(),
+            w.traffic().sent,
+            first_fire,
+        )
+    }
+
+    /// Two processes bounce one message forever; each has a rule due from the first step.
+    struct Bounce {
+        fired_at: Option<u64>,
+    }
+
+    impl Protocol for Bounce {
+        type Msg = u32;
+        fn on_start(&mut self, _: Time, out: &mut Outbox<u32>) {
+            out.send(NodeId(0), 0u32);
+            out.send(NodeId(1), 0u32);
+            out.set_timer(TimerId(1), Duration::from_micros(1));
+        }
+        fn on_message(&mut self, _: Time, from: NodeId, msg: u32, out: &mut Outbox<u32>) {
+            out.send(NodeId(1 - from.0), msg + 1);
+        }
+        fn on_timer(&mut self, now: Time, _: TimerId, _: &mut Outbox<u32>) {
+            self.fired_at.get_or_insert(now.0 / 1000);
+        }
+    }
+
+    #[test]
+    fn msg_first_is_fair_to_a_rule_behind_endless_messages() {
+        let nodes = (0..2).map(|_| Bounce { fired_at: None }).collect();
+        let mut w = World::new(nodes, Scheduler::Async, Duration::from_micros(1))
+            .with_policy(AsyncPolicy::MsgFirst, 0);
+        w.start(&mut |_, _| {});
+        while w.round() < 2 * MSG_FIRST_PATIENCE {
+            w.run_round(&mut |_, _| {});
+        }
+        for p in w.nodes() {
+            assert_eq!(p.fired_at, Some(1 + MSG_FIRST_PATIENCE));
+        }
+    }
+
+    #[test]
+    fn random_delays_keep_every_channel_fifo_and_seeds_differ() {
+        let (a, sent, _) = run(AsyncPolicy::Random { max_delay: 6 }, 1);
+        assert_eq!(sent, 4 * 4 * 30);
+        let (b, _, _) = run(AsyncPolicy::Random { max_delay: 6 }, 2);
+        assert_ne!(a, b, "another seed, another interleaving");
+        assert_eq!(
+            a,
+            run(AsyncPolicy::Random { max_delay: 6 }, 1).0,
+            "same seed"
+        );
+    }
+
+    #[test]
+    fn msg_first_reads_everything_before_a_rule_and_alternate_takes_turns() {
+        // 120 messages are receivable from step 1 and the rule is due from step 1.
+        let (m, _, m_fire) = run(AsyncPolicy::MsgFirst, 0);
+        let (a, _, a_fire) = run(AsyncPolicy::Alternate, 0);
+        assert!(m_fire.iter().all(|&f| f == Some(121)), "{m_fire:?}");
+        assert!(a_fire.iter().all(|&f| f == Some(1)), "{a_fire:?}");
+        // Either way every channel carried the same messages in the same order.
+        assert_eq!(m, a);
     }
 }
