@@ -17,6 +17,17 @@ for tree in binary binomial; do
             --csv "$OUT/$tree-$sched.csv" --plot "$OUT/$tree-$sched.svg"
     done
 done
+# The asynchronous scheduler's policies side by side (the sweeps above take messages first).
+for tree in binary binomial; do
+    max=16
+    [ "$tree" = binary ] && max=15
+    for policy in alternate random; do
+        $W sim bmg --sweep --tree $tree --scheduler async --async-policy $policy --max-depth $max \
+            --seed 1 --csv "$OUT/$tree-async-$policy.csv"
+    done
+done
+$W sim bmg --sweep --tree binomial --scheduler async --async-policy random --max-delay 0 \
+    --max-depth 16 --seed 1 --csv "$OUT/binomial-async-coin.csv"
 for sched in sync async; do
     $W sim bmg --sweep --tree random --degree 4 --scheduler $sched --max-depth 12 --runs 3 --seed 1 \
         --csv "$OUT/random-$sched.csv" --plot "$OUT/random-$sched.svg"
