@@ -45,6 +45,7 @@
 //!   a dial and a handshake each, in the middle of the stabilization). A child reports when
 //!   the hold runs out or an epoch comes without the failure.
 
+use super::views::{Installed, SharedViews};
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::id::IdMap;
 use crate::topology::radix::RadixTree;
@@ -319,27 +320,6 @@ impl IdTree {
     }
 }
 
-/// `list` without the `gone` positions (below `list.len()`), in list order, written straight
-/// into its shared slice: the slice is allocated once at its exact size (an iterator of known
-/// length), and the ids are read run by run between the gone positions, with no lookup per id
-/// and no vector in between. Every process does this once per epoch, so a job of a thousand
-/// processes on two cores pays it a thousand times per stabilization.
-fn without(list: &[NodeId], gone: &BTreeSet<u32>) -> Arc<[NodeId]> {
-    let gone_here = gone.range(..list.len() as u32);
-    let len = list.len() - gone_here.clone().count();
-    let mut from = 0;
-    let mut runs = gone_here
-        .map(|&g| g as usize)
-        .chain([list.len()])
-        .flat_map(|end| {
-            let run = &list[from.min(end)..end];
-            from = end + 1;
-            run
-        })
-        .copied();
-    (0..len).map(|_| runs.next().unwrap_or(NodeId(0))).collect()
-}
-
 /// Settings.
 #[derive(Clone, Copy, Debug)]
 pub struct MembershipConfig {
@@ -383,6 +363,28 @@ impl MembershipConfig {
     }
 }
 
+/// The initial view a process starts from: its own copy, or one shared with the other
+/// processes of a simulation ([`SharedViews`]).
+#[derive(Clone, Debug)]
+pub enum InitialView {
+    /// The process's own list (any order; it is sorted).
+    Own(Vec<NodeId>),
+    /// A table shared by the processes of one address space.
+    Shared(SharedViews),
+}
+
+impl From<Vec<NodeId>> for InitialView {
+    fn from(v: Vec<NodeId>) -> Self {
+        InitialView::Own(v)
+    }
+}
+
+impl From<&SharedViews> for InitialView {
+    fn from(s: &SharedViews) -> Self {
+        InitialView::Shared(s.clone())
+    }
+}
+
 /// What a process outside the view asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Asking {
@@ -408,13 +410,16 @@ pub struct Membership {
     me: NodeId,
     cfg: MembershipConfig,
     /// The initial view, sorted.
-    initial: Vec<NodeId>,
+    initial: Arc<[NodeId]>,
+    /// Where the views of each state are shared with other processes of one address space
+    /// (the simulator's), if anywhere.
+    shared: Option<SharedViews>,
     /// The installed epoch's state.
     state: Regroup,
     /// `state.dead` as a set.
     dead: BTreeSet<u32>,
     /// `initial ++ state.appended`.
-    list: Vec<NodeId>,
+    list: Arc<[NodeId]>,
     /// Suspects and the list position (incarnation) each was suspected at.
     suspected: BTreeMap<NodeId, u32>,
     /// Suspects this process reported to a root (reported again after a root change).
@@ -453,17 +458,24 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// A member of the initial `view` (any order; it is sorted).
-    pub fn new(me: NodeId, mut view: Vec<NodeId>, cfg: MembershipConfig) -> Self {
-        view.sort_unstable();
-        view.dedup();
+    /// A member of the initial `view` (any order; it is sorted), or of a [`SharedViews`]'s.
+    pub fn new(me: NodeId, view: impl Into<InitialView>, cfg: MembershipConfig) -> Self {
+        let (initial, shared) = match view.into() {
+            InitialView::Own(mut v) => {
+                v.sort_unstable();
+                v.dedup();
+                (Arc::<[NodeId]>::from(v), None)
+            }
+            InitialView::Shared(s) => (s.initial().clone(), Some(s)),
+        };
         let mut m = Self {
             me,
             cfg,
-            list: view.clone(),
-            view: view.clone().into(),
-            order: view.clone().into(),
-            initial: view,
+            list: initial.clone(),
+            view: initial.clone(),
+            order: initial.clone(),
+            initial,
+            shared,
             state: Regroup {
                 epoch: 0,
                 dead: Vec::new(),
@@ -499,7 +511,12 @@ impl Membership {
     /// A new process outside the job, knowing the job's initial `view`: it asks the first
     /// process of the list to join (`NewNode`), then the next one every `retry` until
     /// welcomed.
-    pub fn joiner(me: NodeId, view: Vec<NodeId>, cfg: MembershipConfig, retry: Duration) -> Self {
+    pub fn joiner(
+        me: NodeId,
+        view: impl Into<InitialView>,
+        cfg: MembershipConfig,
+        retry: Duration,
+    ) -> Self {
         let mut m = Self::new(me, view, cfg);
         m.joining = Some(Joining {
             asking: Asking::Join,
@@ -515,7 +532,7 @@ impl Membership {
     /// come back with its old id (`NodeAlive`), the next process of the list every `retry`.
     pub fn recovering(
         me: NodeId,
-        view: Vec<NodeId>,
+        view: impl Into<InitialView>,
         cfg: MembershipConfig,
         retry: Duration,
     ) -> Self {
@@ -633,19 +650,12 @@ impl Membership {
             .map(|&id| (id, self.position(id)))
             .collect();
         self.dead = state.dead.iter().copied().collect();
-        if state.appended != self.state.appended {
-            self.list = self.initial.clone();
-            self.list.extend_from_slice(&state.appended);
-        }
-        self.state = state;
-        self.order = without(&self.list, &self.dead);
-        self.view = if self.state.appended.is_empty() {
-            self.order.clone()
-        } else {
-            let mut view = self.order.to_vec();
-            view.sort_unstable();
-            view.into()
+        let Installed { list, order, view } = match &self.shared {
+            Some(s) => s.get(&state.dead, &state.appended, &self.dead),
+            None => Installed::compute(&self.initial, &state.appended, &self.dead),
         };
+        (self.list, self.order, self.view) = (list, order, view);
+        self.state = state;
         self.nb = self.neighbors_in_state();
         self.state.root = self.nb.root;
         // A suspect that came back (a new incarnation) is no longer suspected.
@@ -1202,17 +1212,48 @@ mod tests {
         v.iter().map(|&i| NodeId(i)).collect()
     }
 
+    /// Processes that share a [`SharedViews`] hold one copy of each state's views, the same
+    /// views a process with its own list computes, in both tree modes.
     #[test]
-    fn a_view_without_some_positions() {
-        let list = ids(&[1, 3, 5, 7, 9]);
-        let gone = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
-        let without = |g: &[u32]| without(&list, &gone(g)).to_vec();
-        assert_eq!(without(&[]), list);
-        assert_eq!(without(&[0, 4]), ids(&[3, 5, 7]));
-        assert_eq!(without(&[1, 2]), ids(&[1, 7, 9]), "neighbors gone");
-        // Positions past the list (appended processes) are not this list's.
-        assert_eq!(without(&[2, 7, 100]), ids(&[1, 3, 7, 9]));
-        assert_eq!(without(&[0, 1, 2, 3, 4]), ids(&[]));
+    fn shared_views_are_one_copy_and_equal_to_an_own_list() {
+        for mode in [TreeMode::Patch, TreeMode::Rebalance] {
+            let cfg = MembershipConfig {
+                radix: 4,
+                mode,
+                probe: None,
+                warm: false,
+                batch: Duration::ZERO,
+                orphan_hold: Duration::ZERO,
+            };
+            let all = ids(&(0..21).collect::<Vec<_>>());
+            let views = SharedViews::new(all.clone());
+            let mut shared: Vec<Membership> = (0..21)
+                .map(|i| Membership::new(NodeId(i), &views, cfg))
+                .collect();
+            let mut own: Vec<Membership> = (0..21)
+                .map(|i| Membership::new(NodeId(i), all.clone(), cfg))
+                .collect();
+            let state = Regroup {
+                epoch: 1,
+                dead: vec![0, 6],
+                appended: ids(&[30, 6]),
+                root: NodeId(1),
+            };
+            for m in shared.iter_mut().chain(own.iter_mut()) {
+                m.adopt(state.clone());
+            }
+            for (s, o) in shared.iter().zip(&own) {
+                assert!(std::ptr::eq(s.view(), shared[1].view()), "one copy");
+                assert_eq!(s.view(), o.view());
+                assert_eq!(s.order, o.order);
+                assert_eq!(s.neighbors(), o.neighbors(), "{mode:?}");
+            }
+            assert_eq!(
+                shared[1].view(),
+                &ids(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 30])
+                    [..]
+            );
+        }
     }
 
     /// Process `me` of a 21-process radix-4 job (1 has parent 0 and children 5..=8), with

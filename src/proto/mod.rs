@@ -22,6 +22,7 @@ pub mod relay;
 pub mod ring;
 pub mod spontaneous;
 pub mod storage;
+pub mod views;
 
 pub use message::{Message, Tag};
 

@@ -5,6 +5,7 @@
 
 use super::timed::{Net, TimedConfig, TimedWorld};
 use crate::proto::membership::{MemberEvent, Membership, MembershipConfig, TreeMode};
+use crate::proto::views::SharedViews;
 use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::NodeId;
@@ -63,8 +64,10 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
         orphan_hold: Duration::from_millis(1),
     };
     let retry = Duration::from_millis(1);
+    // One copy of each view for the whole simulation, not one per process.
+    let views = SharedViews::new(initial.clone());
     let nodes: Vec<Membership> = (0..total as u64)
-        .map(|i| Membership::new(NodeId(i), initial.clone(), mcfg))
+        .map(|i| Membership::new(NodeId(i), &views, mcfg))
         .collect();
     let mut world = TimedWorld::new(
         nodes,
@@ -112,7 +115,7 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
             }
             1 if !dead.is_empty() => {
                 let r = dead[rng.below(dead.len() as u64) as usize];
-                let p = Membership::recovering(NodeId(r as u64), initial.clone(), mcfg, retry);
+                let p = Membership::recovering(NodeId(r as u64), &views, mcfg, retry);
                 world.spawn_at(world.now(), r, p);
                 alive[r as usize] = true;
                 recoveries += 1;
@@ -120,7 +123,7 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
             _ if next_joiner < total => {
                 let j = next_joiner;
                 next_joiner += 1;
-                let p = Membership::joiner(NodeId(j as u64), initial.clone(), mcfg, retry);
+                let p = Membership::joiner(NodeId(j as u64), &views, mcfg, retry);
                 world.spawn_at(world.now(), j, p);
                 alive[j as usize] = true;
                 joins += 1;
