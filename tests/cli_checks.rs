@@ -184,6 +184,24 @@ fn flags_that_would_be_ignored_are_refused() {
     refused(&["sim", "bmg", "--csv", "x.csv"], "--sweep");
     refused(&["sim", "bmg", "--runs", "3"], "--sweep");
     refused(&["sim", "bmg", "--max-depth", "3"], "--sweep");
+    // A scheduling policy under the synchronous scheduler, a delay under a fixed policy.
+    refused(
+        &["sim", "bmg", "--async-policy", "random"],
+        "needs --scheduler async",
+    );
+    refused(
+        &[
+            "sim",
+            "bmg",
+            "--scheduler",
+            "async",
+            "--async-policy",
+            "alternate",
+            "--max-delay",
+            "3",
+        ],
+        "--async-policy random only",
+    );
     refused(&["ping", "--compare", "--rounds", "0"], "--rounds 0");
     refused(&["ping", "--rounds", "3"], "--compare");
     refused(&["ping", "--sizes", "8,8"], "8 is listed twice");

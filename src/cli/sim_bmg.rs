@@ -2,7 +2,7 @@
 
 use super::checks;
 use super::plot::{log_x_svg, Series};
-use super::values::{InitArg, SchedulerArg, TreeKindArg};
+use super::values::{AsyncPolicyArg, InitArg, SchedulerArg, TreeKindArg};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -27,12 +27,14 @@ pub struct BmgArgs {
     /// Synchronous phases or asynchronous steps.
     #[arg(long, value_enum, default_value = "sync")]
     scheduler: SchedulerArg,
-    /// Asynchronous steps: what a process with both a due rule and a message does.
-    #[arg(long, value_enum, default_value = "msg-first")]
-    async_policy: AsyncPolicyArg,
-    /// With --async-policy random: most extra steps a message waits (channels stay FIFO).
-    #[arg(long, default_value_t = 4)]
-    max_delay: u32,
+    /// Asynchronous steps: what a process with both a due rule and a message does (default
+    /// msg-first).
+    #[arg(long, value_enum)]
+    async_policy: Option<AsyncPolicyArg>,
+    /// With --async-policy random: most extra steps a message waits (channels stay FIFO;
+    /// default 4).
+    #[arg(long)]
+    max_delay: Option<u32>,
     /// Per-message latency, to project seconds from rounds.
     #[arg(long, default_value_t = 50.0)]
     latency_us: f64,
@@ -78,27 +80,6 @@ pub struct BmgArgs {
     json: bool,
 }
 
-/// What an asynchronous step does when a process could both fire a rule and take a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AsyncPolicyArg {
-    /// The message (the policy under which the paper's figures reproduce).
-    MsgFirst,
-    /// Alternate between the two.
-    Alternate,
-    /// A seeded coin, and seeded per-message delays up to --max-delay steps.
-    Random,
-}
-
-impl AsyncPolicyArg {
-    fn policy(self, max_delay: u32) -> AsyncPolicy {
-        match self {
-            AsyncPolicyArg::MsgFirst => AsyncPolicy::MsgFirst,
-            AsyncPolicyArg::Alternate => AsyncPolicy::Alternate,
-            AsyncPolicyArg::Random => AsyncPolicy::Random { max_delay },
-        }
-    }
-}
-
 /// Bytes of memory to count per simulated process: a binary tree of depth 18 (524 287
 /// processes) peaks at 1.05 KB each (maximum resident set, synchronous; 1.14 KB asynchronous),
 /// and the vectors that grow by doubling can take twice that at their next growth.
@@ -117,6 +98,22 @@ fn memory_max_nodes() -> u64 {
 }
 
 impl BmgArgs {
+    /// The asynchronous policy; a policy or a delay that the run would ignore is an error.
+    fn policy(&self) -> anyhow::Result<AsyncPolicy> {
+        let scheduler: Scheduler = self.scheduler.into();
+        anyhow::ensure!(
+            scheduler == Scheduler::Async || self.async_policy.is_none(),
+            "--async-policy chooses between a rule and a message in an asynchronous step: it \
+             needs --scheduler async"
+        );
+        let policy = self.async_policy.unwrap_or(AsyncPolicyArg::MsgFirst);
+        anyhow::ensure!(
+            policy == AsyncPolicyArg::Random || self.max_delay.is_none(),
+            "--max-delay delays messages under --async-policy random only"
+        );
+        Ok(policy.policy(self.max_delay.unwrap_or(4)))
+    }
+
     fn config(&self, seed: u64) -> anyhow::Result<BmgSimConfig> {
         let latency = checks::positive_duration("--latency-us", self.latency_us, 1e-6)?;
         let init: Init = self.init.into();
@@ -131,7 +128,7 @@ impl BmgArgs {
             depth: self.depth,
             degree: self.degree,
             scheduler: self.scheduler.into(),
-            policy: self.async_policy.policy(self.max_delay),
+            policy: self.policy()?,
             latency,
             init,
             seed,
@@ -306,7 +303,7 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
         let init: Init = args.init.into();
         let policy = match scheduler {
             Scheduler::Sync => String::new(),
-            Scheduler::Async => format!(" ({})", args.async_policy.policy(args.max_delay)),
+            Scheduler::Async => format!(" ({})", args.policy()?),
         };
         say!("weft sim bmg --sweep: {tree} trees, {scheduler} scheduler{policy}, {init} init, seed {seed}");
         say!(

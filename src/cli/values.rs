@@ -87,6 +87,28 @@ value_enum! {
     }
 }
 
+/// What an asynchronous step does when a process could both fire a rule and take a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AsyncPolicyArg {
+    /// The message (the policy under which the paper's figures reproduce).
+    MsgFirst,
+    /// Alternate between the two.
+    Alternate,
+    /// A seeded coin, and seeded per-message delays up to --max-delay steps.
+    Random,
+}
+
+impl AsyncPolicyArg {
+    /// The library's policy, with `max_delay` for the random one.
+    pub fn policy(self, max_delay: u32) -> weft::sim::AsyncPolicy {
+        match self {
+            AsyncPolicyArg::MsgFirst => weft::sim::AsyncPolicy::MsgFirst,
+            AsyncPolicyArg::Alternate => weft::sim::AsyncPolicy::Alternate,
+            AsyncPolicyArg::Random => weft::sim::AsyncPolicy::Random { max_delay },
+        }
+    }
+}
+
 value_enum! {
     /// The initial configuration of the BMG construction.
     InitArg => weft::sim::bmg::Init {

@@ -651,8 +651,16 @@ impl Membership {
             .collect();
         self.dead = state.dead.iter().copied().collect();
         let Installed { list, order, view } = match &self.shared {
-            Some(s) => s.get(&state.dead, &state.appended, &self.dead),
-            None => Installed::compute(&self.initial, &state.appended, &self.dead),
+            Some(s) => s.get(&self.dead, &state.appended),
+            None => {
+                // The list changes only with a join; an epoch of failures keeps it.
+                let list = if state.appended == self.state.appended {
+                    self.list.clone()
+                } else {
+                    Installed::list(&self.initial, &state.appended)
+                };
+                Installed::over(list, !state.appended.is_empty(), &self.dead)
+            }
         };
         (self.list, self.order, self.view) = (list, order, view);
         self.state = state;

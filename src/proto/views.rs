@@ -34,20 +34,25 @@ impl Installed {
         Arc::strong_count(&self.order) > here
     }
 
-    /// The views of the list `initial ++ appended` without the positions `dead`.
-    pub fn compute(initial: &Arc<[NodeId]>, appended: &[NodeId], dead: &BTreeSet<u32>) -> Self {
-        let list: Arc<[NodeId]> = if appended.is_empty() {
+    /// The list `initial ++ appended`.
+    pub fn list(initial: &Arc<[NodeId]>, appended: &[NodeId]) -> Arc<[NodeId]> {
+        if appended.is_empty() {
             initial.clone()
         } else {
             initial.iter().chain(appended).copied().collect()
-        };
+        }
+    }
+
+    /// The views of `list` (see [`Self::list`]; `appended`: whether it has joiners) without
+    /// the positions `dead`.
+    pub fn over(list: Arc<[NodeId]>, appended: bool, dead: &BTreeSet<u32>) -> Self {
         let order = if dead.range(..list.len() as u32).next().is_none() {
             list.clone()
         } else {
             without(&list, dead)
         };
         // The initial view is sorted, so without joiners the order is sorted too.
-        let view = if appended.is_empty() {
+        let view = if !appended {
             order.clone()
         } else {
             let mut v = order.to_vec();
@@ -114,16 +119,17 @@ impl SharedViews {
         &self.initial
     }
 
-    /// The views of the state with `dead` positions and `appended` processes (`dead` sorted,
-    /// as a state carries it): the table's, or computed now and entered.
-    pub(crate) fn get(&self, dead: &[u32], appended: &[NodeId], set: &BTreeSet<u32>) -> Installed {
+    /// The views of the state with `dead` positions and `appended` processes: the table's, or
+    /// computed now and entered.
+    pub(crate) fn get(&self, dead: &BTreeSet<u32>, appended: &[NodeId]) -> Installed {
         // A poisoned table still holds correct entries: each is written whole.
         let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = (dead.to_vec(), appended.to_vec());
+        let key = (dead.iter().copied().collect(), appended.to_vec());
         if let Some(hit) = t.states.get(&key) {
             return hit.clone();
         }
-        let made = Installed::compute(&self.initial, appended, set);
+        let list = Installed::list(&self.initial, appended);
+        let made = Installed::over(list, !appended.is_empty(), dead);
         if t.states.len() >= t.prune_above {
             // States that only the table still holds are gone for good (every process moved on).
             t.states.retain(|_, s| s.held());
@@ -159,31 +165,31 @@ mod tests {
         let shared = SharedViews::new(ids(&[9, 1, 5, 3, 7]));
         assert_eq!(&shared.initial()[..], &ids(&[1, 3, 5, 7, 9])[..]);
         let set: BTreeSet<u32> = [1, 3].into();
-        let a = shared.get(&[1, 3], &ids(&[4]), &set);
-        let b = shared.get(&[1, 3], &ids(&[4]), &set);
+        let a = shared.get(&set, &ids(&[4]));
+        let b = shared.get(&set, &ids(&[4]));
         assert!(
             Arc::ptr_eq(&a.view, &b.view),
             "the second holder shares the first's"
         );
-        let alone = Installed::compute(shared.initial(), &ids(&[4]), &set);
+        let alone = Installed::over(Installed::list(shared.initial(), &ids(&[4])), true, &set);
         assert_eq!(a.list, alone.list);
         assert_eq!(a.order, alone.order);
         assert_eq!(&a.order[..], &ids(&[1, 5, 9, 4])[..], "list order");
         assert_eq!(&a.view[..], &ids(&[1, 4, 5, 9])[..], "sorted");
         // Another state, another entry.
-        let c = shared.get(&[1], &ids(&[4]), &[1].into());
+        let c = shared.get(&[1].into(), &ids(&[4]));
         assert_eq!(&c.view[..], &ids(&[1, 4, 5, 7, 9])[..]);
         // Without joiners or deaths every view is the initial one itself.
-        let none = shared.get(&[], &[], &BTreeSet::new());
+        let none = shared.get(&BTreeSet::new(), &[]);
         assert!(Arc::ptr_eq(&none.view, shared.initial()));
     }
 
     #[test]
     fn states_nobody_holds_are_pruned() {
         let shared = SharedViews::new((0..64).map(NodeId).collect());
-        let kept = shared.get(&[0], &[], &[0].into());
+        let kept = shared.get(&[0].into(), &[]);
         for d in 1..40u32 {
-            drop(shared.get(&[d], &[], &[d].into()));
+            drop(shared.get(&[d].into(), &[]));
         }
         let t = shared.table.lock().unwrap();
         assert!(t.states.len() < 40, "{} states kept", t.states.len());

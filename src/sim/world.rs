@@ -155,7 +155,7 @@ impl<P: Protocol> World<P> {
                 Scheduler::Async => (0..n).map(|_| VecDeque::new()).collect(),
                 Scheduler::Sync => Vec::new(),
             },
-            policy: AsyncPolicy::Alternate,
+            policy: AsyncPolicy::MsgFirst,
             rng: SimRng::new(0),
             channel_ready: HashMap::new(),
             tainted: 0,
@@ -169,8 +169,8 @@ impl<P: Protocol> World<P> {
         }
     }
 
-    /// Choose the asynchronous scheduler's policy (the default alternates), with the seed of
-    /// its random choices.
+    /// Choose the asynchronous scheduler's policy (the default takes messages first), with the
+    /// seed of its random choices.
     pub fn with_policy(mut self, policy: AsyncPolicy, seed: u64) -> Self {
         self.policy = policy;
         self.rng = SimRng::new(seed);
