@@ -678,3 +678,40 @@ fn sim_bsp_keeps_the_fault_free_result_at_ten_thousand_virtual_processors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--app"));
 }
+
+#[test]
+fn bench_route_delivers_every_message_around_an_eighth_killed() {
+    // 64 nodes, 8 killed and no one told: every message to a live rank is delivered within
+    // ceil(log2 N) + 2 hops, the broadcast reaches every live node, and a hop is timed beside
+    // a direct message to a finger in the same cluster.
+    let out = succeed(&[
+        "bench", "route", "--nodes", "64", "--fail", "8", "--probes", "50", "--seed", "4", "--json",
+    ]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    has_fields(
+        &r,
+        &[
+            "nodes",
+            "dead",
+            "sent",
+            "delivered",
+            "max_hops",
+            "mean_hops",
+            "hop_us",
+            "direct_us",
+            "hop_over_direct",
+            "l_us",
+        ],
+    );
+    assert_eq!(r["nodes"], 64);
+    assert_eq!(r["dead"], 8);
+    assert_eq!(r["sent"], 56 * 4, "{r}");
+    assert_eq!(r["delivered"], r["sent"], "{r}");
+    assert_eq!(r["failed"], 0, "{r}");
+    assert!(r["max_hops"].as_u64().unwrap() <= 6 + 2, "{r}");
+    assert_eq!(r["broadcast_reached"], r["live"], "{r}");
+    assert!(r["hop_us"].as_f64().unwrap() > 0.0, "{r}");
+    let out = weft(&["bench", "route", "--nodes", "8", "--fail", "7"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fail 7"));
+}

@@ -45,6 +45,9 @@ fn numbers_too_large_are_refused_not_panics_or_wraps() {
         "--orphan-hold-us",
     );
     refused(&["ping", "--iters", "18446744073709551615"], "--iters");
+    refused(&["bench", "route", "--size", "4294967296"], "--size");
+    refused(&["bench", "route", "--retry-ms", "0"], "--retry-ms");
+    refused(&["bench", "route", "--nodes", "1"], "--nodes");
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
 //! - [`ping`]: engine ping-pong against a std busy-poll loop;
 //! - [`relay`]: the per-message CPU cost of the contention model;
+//! - [`route`]: messages and a broadcast routed over the BMG around killed nodes, a hop's
+//!   cost beside the engine's one-way latency;
 //! - [`validate`]: the ICS'06 latency models against the measured Ts;
 //! - [`ida`]: the coding core's throughput beside `memcpy` (and ISA-L).
 
@@ -21,6 +23,7 @@ pub mod launched;
 pub mod ping;
 pub mod procs;
 pub mod relay;
+pub mod route;
 pub mod scenario;
 pub mod stabilize;
 pub mod validate;

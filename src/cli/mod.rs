@@ -14,6 +14,7 @@ macro_rules! say {
 }
 
 pub mod bench_checkpoint;
+pub mod bench_route;
 pub mod bench_stabilize;
 pub mod checks;
 pub mod ida;
@@ -155,6 +156,9 @@ pub enum BenchCommand {
     /// In-memory checkpoints: every node protects a state, some are killed, survivors rebuild
     /// them; weft's IDA neighborhoods beside partner copy and SCR-style XOR sets.
     Checkpoint(bench_checkpoint::BenchCheckpointArgs),
+    /// Routing over the BMG: messages to any rank and a broadcast around killed nodes, a hop's
+    /// cost beside the engine's one-way latency.
+    Route(bench_route::BenchRouteArgs),
 }
 
 /// `weft model ...`
@@ -188,6 +192,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
         Command::Bench(BenchCommand::Checkpoint(args)) => bench_checkpoint::run(args),
+        Command::Bench(BenchCommand::Route(args)) => bench_route::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
         Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),

@@ -43,6 +43,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (5, "order"),
     (6, "storage"),
     (7, "agreement"),
+    (8, "route"),
 ];
 
 /// The first tag left to applications.
@@ -74,5 +75,6 @@ mod tests {
         assert!(listed::<crate::proto::broadcast::OrderMsg>());
         assert!(listed::<crate::proto::storage::StoreMsg>());
         assert!(listed::<crate::proto::agreement::AgreeMsg>());
+        assert!(listed::<crate::proto::route::RouteMsg>());
     }
 }

@@ -20,6 +20,7 @@ pub mod overlay;
 pub mod ping;
 pub mod relay;
 pub mod ring;
+pub mod route;
 pub mod spontaneous;
 pub mod storage;
 pub mod views;
@@ -75,6 +76,8 @@ pub enum Event {
     Agreement(agreement::AgreementEvent),
     /// Neighborhood storage news: checkpoints kept, states recovered.
     Storage(storage::StorageEvent),
+    /// Routing news: messages received, delivered or failed, broadcasts.
+    Route(route::RouteEvent),
 }
 
 /// What a protocol asks its driver to do.

@@ -98,6 +98,9 @@ enum Ev {
         timer: TimerId,
         generation: u64,
     },
+    Wake {
+        node: u32,
+    },
 }
 
 /// Costs and the network.
@@ -322,6 +325,12 @@ impl<P: Protocol> TimedWorld<P> {
         self.push(t, Ev::Start { node: i });
     }
 
+    /// At time `t`, process `i` looks at the mailbox its application fills
+    /// ([`Protocol::on_wake`]), as after `NodeHandle::wake` on the engine.
+    pub fn wake_at(&mut self, t: u64, i: u32) {
+        self.push(t, Ev::Wake { node: i });
+    }
+
     /// Process `at` suspects `peer` at time `t` (an external failure detector).
     pub fn suspect_at(&mut self, t: u64, at: u32, peer: u32) {
         if self.suspected.insert((at, peer)) {
@@ -425,7 +434,7 @@ impl<P: Protocol> TimedWorld<P> {
                 }
             }
             Ev::Suspect { at, .. } => *at,
-            Ev::Timer { node, .. } => *node,
+            Ev::Timer { node, .. } | Ev::Wake { node } => *node,
             Ev::Hang { node, until } => {
                 let i = *node as usize;
                 self.now = self.now.max(at);
@@ -520,6 +529,7 @@ impl<P: Protocol> TimedWorld<P> {
                 self.timers.remove(&(node, timer));
                 self.nodes[node as usize].on_timer(now, timer, &mut self.out);
             }
+            Ev::Wake { node } => self.nodes[node as usize].on_wake(now, &mut self.out),
         }
         self.apply(node, start);
         Some(Some(node))

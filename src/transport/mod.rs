@@ -13,6 +13,7 @@
 //! ```
 
 pub mod process;
+pub mod route;
 pub mod storage;
 
 use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
@@ -211,6 +212,42 @@ impl Default for NodeOptions {
             reactor: ReactorOptions::default(),
         }
     }
+}
+
+/// `n` nodes' places in a job on 127.0.0.1, node `i` with id `NodeId(i)` and every node knowing
+/// every other: a job's processes in miniature, for handles that run one node per thread
+/// (`storage::Checkpointer`, `route::RouteNode`). The key is `opts.key`, or a fresh one.
+pub fn loopback_specs(n: usize, opts: &NodeOptions) -> Result<Vec<NodeSpec>, EngineError> {
+    let key = match &opts.key {
+        Some(k) => k.clone(),
+        None => {
+            JobKey::generate().map_err(|e| EngineError::Io(std::io::Error::other(e.to_string())))?
+        }
+    };
+    let listeners = (0..n)
+        .map(|_| bind("127.0.0.1:0".parse().expect("loopback address")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let addrs: HashMap<NodeId, SocketAddr> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Ok((NodeId(i as u64), l.local_addr()?)))
+        .collect::<Result<_, std::io::Error>>()?;
+    Ok(listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, listener)| {
+            let id = NodeId(i as u64);
+            let mut peers = addrs.clone();
+            peers.remove(&id);
+            NodeSpec {
+                id,
+                listener,
+                peers,
+                key: key.clone(),
+                core: None,
+            }
+        })
+        .collect())
 }
 
 /// One node's place in the job.

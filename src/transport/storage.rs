@@ -13,7 +13,7 @@
 //! # Ok::<(), weft::transport::storage::StoreError>(())
 //! ```
 
-use super::{bind, spawn, JobKey, NodeHandle, NodeOptions, NodeSpec};
+use super::{spawn, NodeHandle, NodeOptions, NodeSpec};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::proto::storage::StorageEvent;
@@ -21,8 +21,6 @@ use crate::proto::Event;
 use crate::storage::{Request, Storage, StorageConfig};
 use crate::NodeId;
 use bytes::Bytes;
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
 
@@ -174,36 +172,9 @@ impl Checkpointer {
         opts: &NodeOptions,
         cfg: &StorageConfig,
     ) -> Result<Vec<Self>, StoreError> {
-        let key = match &opts.key {
-            Some(k) => k.clone(),
-            None => JobKey::generate()
-                .map_err(|e| EngineError::Io(std::io::Error::other(e.to_string())))?,
-        };
-        let listeners = (0..n)
-            .map(|_| bind("127.0.0.1:0".parse().expect("loopback address")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let addrs: HashMap<NodeId, SocketAddr> = listeners
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Ok((NodeId(i as u64), l.local_addr()?)))
-            .collect::<Result<_, std::io::Error>>()
-            .map_err(EngineError::from)?;
-        listeners
+        super::loopback_specs(n, opts)?
             .into_iter()
-            .enumerate()
-            .map(|(i, listener)| {
-                let id = NodeId(i as u64);
-                let mut peers = addrs.clone();
-                peers.remove(&id);
-                let spec = NodeSpec {
-                    id,
-                    listener,
-                    peers,
-                    key: key.clone(),
-                    core: None,
-                };
-                Self::spawn(spec, opts, cfg.clone())
-            })
+            .map(|spec| Self::spawn(spec, opts, cfg.clone()))
             .collect()
     }
 

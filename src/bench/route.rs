@@ -1,0 +1,302 @@
+//! `weft bench route`: messages routed over the BMG on in-process engine nodes, some of them
+//! killed first, and the cost of a hop beside the engine's one-way latency in the same run.
+//!
+//! 1. N router nodes start; `fail` of them (drawn from the seed) are stopped: their sockets
+//!    close, and no one is told. The others learn it when a dial is refused.
+//! 2. Every live node sends `per_node` messages to random live ranks, all at once; the run
+//!    waits for each message's `Delivered` or `Failed` at its sender and counts hops.
+//! 3. One live node broadcasts; every live node must deliver it.
+//! 4. One live node sends `probes` messages one after another (each waits for the previous
+//!    one's acknowledgement) on the now warm connections, alternately to a random live rank
+//!    and to one of its own live fingers: a hop costs the round trip over the hops there and
+//!    back, and the messages to fingers (one hop each way, no relay) are the floor in the same
+//!    cluster, `hop_over_direct` near 1 meaning a relay costs no more than a direct message.
+//!    Two engine nodes' ping-pong of the same payload, each on its own core, is reported
+//!    beside them (most BMG hops of a cluster stay on one reactor, so it is not the floor).
+
+use super::checkpoint::draw_victims;
+use super::ping;
+use super::stabilize::BenchError;
+use crate::engine::reactor::NodeEvent;
+use crate::proto::route::{Route, RouteConfig, RouteEvent, RouteRequest};
+use crate::proto::Event;
+use crate::rng::SimRng;
+use crate::topology::bmg;
+use crate::transport::{Cluster, NodeOptions};
+use crate::{NodeId, Rank};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RouteBenchConfig {
+    /// Nodes.
+    pub nodes: usize,
+    /// Nodes killed before any message.
+    pub fail: usize,
+    /// Messages each live node sends in step 2.
+    pub per_node: u32,
+    /// Sequential messages of step 4.
+    pub probes: u32,
+    /// Payload bytes.
+    pub size: usize,
+    /// Seed of the victims and destinations.
+    pub seed: u64,
+    /// Engine settings.
+    pub opts: NodeOptions,
+    /// The routers' settings.
+    pub route: RouteConfig,
+    /// Longest wait for any step.
+    pub timeout: Duration,
+}
+
+/// The result (`weft bench route --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct RouteBenchRow {
+    /// Nodes.
+    pub nodes: usize,
+    /// Killed.
+    pub dead: usize,
+    /// Messages sent to live ranks in step 2.
+    pub sent: u64,
+    /// Of those, confirmed delivered.
+    pub delivered: u64,
+    /// Of those, failed.
+    pub failed: u64,
+    /// Most hops a message made.
+    pub max_hops: u32,
+    /// Mean hops.
+    pub mean_hops: f64,
+    /// `⌈log2 N⌉`.
+    pub bound: u32,
+    /// Step 2 from the first send to the last answer, ms.
+    pub burst_ms: f64,
+    /// Messages sent again (retry or a refused first hop).
+    pub resent: u64,
+    /// Live nodes that delivered the broadcast, of `live`.
+    pub broadcast_reached: usize,
+    /// Live nodes.
+    pub live: usize,
+    /// The broadcast: from its start to the last delivery, ms.
+    pub broadcast_ms: f64,
+    /// Step 4: median per-hop latency, `rtt / (hops there + hops back)`, µs.
+    pub hop_us: f64,
+    /// Step 4: median round trip, µs.
+    pub probe_rtt_us: f64,
+    /// Step 4: mean hops there and back.
+    pub probe_hops: f64,
+    /// The floor: messages to the prober's own fingers, `rtt / 2`, median, µs.
+    pub direct_us: f64,
+    /// `hop_us / direct_us`.
+    pub hop_over_direct: f64,
+    /// Engine ping-pong between two nodes on two cores, one-way, median, µs.
+    pub l_us: f64,
+    /// What the nodes ran on.
+    pub backend: String,
+    /// Seed.
+    pub seed: u64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Run it.
+pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
+    let n = cfg.nodes;
+    let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
+    let (mail, boxes): (Vec<Sender<RouteRequest>>, Vec<Receiver<RouteRequest>>) =
+        (0..n).map(|_| channel()).unzip();
+    let boxes = Mutex::new(boxes.into_iter().map(Some).collect::<Vec<_>>());
+    let route = cfg.route;
+    let ring_for = ring.clone();
+    let mut c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
+        let rx = boxes.lock().expect("mailboxes")[i]
+            .take()
+            .expect("one router per node");
+        Route::new(Rank(i as u32), ring_for.clone(), route).with_mailbox(rx)
+    })?;
+    let victims: HashSet<u32> = draw_victims(n, cfg.fail, cfg.seed)
+        .into_iter()
+        .map(|v| v.0 as u32)
+        .collect();
+    for &v in &victims {
+        c.nodes[v as usize].kill();
+    }
+    for &v in &victims {
+        c.nodes[v as usize].stop()?;
+    }
+    let live: Vec<u32> = (0..n as u32).filter(|r| !victims.contains(r)).collect();
+    let deadline = Instant::now() + cfg.timeout;
+    let mut rng = SimRng::stream(cfg.seed, 7);
+    let payload = vec![0x5a; cfg.size];
+
+    // Step 2: the burst.
+    let start = Instant::now();
+    let mut sent = 0u64;
+    for &r in &live {
+        for j in 0..cfg.per_node {
+            let to = live[rng.below(live.len() as u64) as usize];
+            let _ = mail[r as usize].send(RouteRequest::Send {
+                to: Rank(to),
+                tag: j as u64,
+                data: payload.clone().into(),
+            });
+            sent += 1;
+        }
+    }
+    for &r in &live {
+        c.nodes[r as usize].wake();
+    }
+    let (mut delivered, mut failed, mut max_hops, mut hops) = (0u64, 0u64, 0u32, 0u64);
+    while delivered + failed < sent {
+        match next(&c.events, deadline, "the burst's answers")? {
+            RouteEvent::Delivered { there, .. } => {
+                delivered += 1;
+                max_hops = max_hops.max(there);
+                hops += there as u64;
+            }
+            RouteEvent::Failed { .. } => failed += 1,
+            _ => {}
+        }
+    }
+    let burst = start.elapsed();
+
+    // Step 3: a broadcast.
+    let origin = live[0];
+    let start = Instant::now();
+    let _ = mail[origin as usize].send(RouteRequest::Broadcast {
+        data: payload.clone().into(),
+    });
+    c.nodes[origin as usize].wake();
+    let mut reached = HashSet::new();
+    while reached.len() < live.len() {
+        let (at, e) = next_from(&c.events, deadline, "the broadcast")?;
+        if let RouteEvent::Broadcast { .. } = e {
+            reached.insert(at);
+        }
+    }
+    let broadcast = start.elapsed();
+
+    // Step 4: sequential probes on warm connections.
+    let prober = live[live.len() / 2];
+    let fingers: Vec<u32> = bmg::neighbors(Rank(prober), n as u32)
+        .into_iter()
+        .map(|r| r.0)
+        .filter(|r| !victims.contains(r))
+        .collect();
+    let (mut per_hop, mut rtts, mut probe_hops) = (Vec::new(), Vec::new(), 0u64);
+    let mut direct = Vec::new();
+    for j in 0..2 * cfg.probes {
+        let to_finger = j % 2 == 1 && !fingers.is_empty();
+        let to = loop {
+            let t = if to_finger {
+                fingers[rng.below(fingers.len() as u64) as usize]
+            } else {
+                live[rng.below(live.len() as u64) as usize]
+            };
+            if t != prober {
+                break t;
+            }
+        };
+        let _ = mail[prober as usize].send(RouteRequest::Send {
+            to: Rank(to),
+            tag: u64::from(j),
+            data: payload.clone().into(),
+        });
+        c.nodes[prober as usize].wake();
+        loop {
+            match next(&c.events, deadline, "a probe's answer")? {
+                RouteEvent::Delivered {
+                    there, back, rtt, ..
+                } => {
+                    let h = (there + back).max(1);
+                    let us = rtt.as_secs_f64() * 1e6;
+                    if to_finger {
+                        direct.push(us / h as f64);
+                    } else {
+                        per_hop.push(us / h as f64);
+                        rtts.push(us);
+                        probe_hops += h as u64;
+                    }
+                    break;
+                }
+                RouteEvent::Failed { to, why, .. } => {
+                    return Err(BenchError::Config(format!(
+                        "probe to {to} failed ({why:?}) on warm connections"
+                    )))
+                }
+                _ => {}
+            }
+        }
+    }
+    let backend = c.backend_name();
+    let resent = c.stop_all()?.iter().map(|r| r.stats().resent).sum::<u64>();
+
+    // The floor, after the cluster is gone (it would share the cores).
+    let floor = ping::engine(&[cfg.size], 2000, cfg.opts.clone())?;
+    let l_us = floor.first().map_or(0.0, |r| r.p50_us);
+    let hop_us = median(&mut per_hop);
+    let direct_us = median(&mut direct);
+    Ok(RouteBenchRow {
+        nodes: n,
+        dead: victims.len(),
+        sent,
+        delivered,
+        failed,
+        max_hops,
+        mean_hops: hops as f64 / delivered.max(1) as f64,
+        bound: bmg::diameter_bound(n as u32),
+        burst_ms: burst.as_secs_f64() * 1e3,
+        resent,
+        broadcast_reached: reached.len(),
+        live: live.len(),
+        broadcast_ms: broadcast.as_secs_f64() * 1e3,
+        hop_us,
+        probe_rtt_us: median(&mut rtts),
+        probe_hops: probe_hops as f64 / cfg.probes.max(1) as f64,
+        direct_us,
+        hop_over_direct: hop_us / direct_us.max(1e-9),
+        l_us,
+        backend,
+        seed: cfg.seed,
+    })
+}
+
+/// The next routing event of any node.
+fn next(
+    events: &Receiver<(NodeId, NodeEvent)>,
+    deadline: Instant,
+    what: &str,
+) -> Result<RouteEvent, BenchError> {
+    next_from(events, deadline, what).map(|(_, e)| e)
+}
+
+/// The next routing event and the node that reported it; an error past `deadline`.
+fn next_from(
+    events: &Receiver<(NodeId, NodeEvent)>,
+    deadline: Instant,
+    what: &str,
+) -> Result<(NodeId, RouteEvent), BenchError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok((id, NodeEvent::Protocol(Event::Route(e)))) => return Ok((id, e)),
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                return Err(BenchError::Timeout(
+                    deadline.saturating_duration_since(Instant::now()),
+                    what.into(),
+                ))
+            }
+            Err(_) => return Err(crate::engine::EngineError::Gone.into()),
+        }
+    }
+}
