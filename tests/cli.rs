@@ -715,3 +715,44 @@ fn bench_route_delivers_every_message_around_an_eighth_killed() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fail 7"));
 }
+
+#[test]
+fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
+    let out = succeed(&["bench", "bmg", "--nodes-list", "16,64", "--json"]);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON row"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for (r, n) in rows.iter().zip([16, 64]) {
+        has_fields(
+            r,
+            &[
+                "nodes",
+                "tree",
+                "real_ms",
+                "sim_ms",
+                "ratio",
+                "msgs",
+                "converged",
+                "l_us",
+                "c_us",
+            ],
+        );
+        assert_eq!(r["nodes"], n);
+        assert_eq!(r["tree"], "binomial");
+        assert_eq!(r["converged"], true, "{r}");
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["sim_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
+    }
+    let out = weft(&["bench", "bmg", "--nodes-list", "16,100"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("power of two"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "refused before any run");
+}

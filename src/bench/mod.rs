@@ -7,6 +7,7 @@
 //!   [`procs`], the same with one `weft node` process per node, and [`launched`], the same
 //!   under a real launcher (`srun`, `mpirun`, `mpiexec.hydra`), rank 0 driving the trials
 //!   over [`control`];
+//! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree;
 //! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
 //! - [`ping`]: engine ping-pong against a std busy-poll loop;
 //! - [`relay`]: the per-message CPU cost of the contention model;
@@ -16,6 +17,7 @@
 //! - [`ida`]: the coding core's throughput beside `memcpy` (and ISA-L).
 
 pub mod bare_wave;
+pub mod bmg;
 pub mod checkpoint;
 pub mod control;
 pub mod ida;

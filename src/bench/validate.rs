@@ -16,6 +16,7 @@ use crate::proto::{Outbox, Protocol, Time};
 use crate::sim::stabilize::{self as sim, NetKind, StabilizeConfig};
 use crate::topology::radix::RadixTree;
 use crate::topology::torus::Torus;
+use crate::transport::NodeOptions;
 use crate::NodeId;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -153,11 +154,17 @@ pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
 
 /// The engine's parameters for one N: L (ping) and c (relay).
 pub fn measure_engine(cfg: &BenchConfig) -> Result<(f64, f64, u32), EngineError> {
-    let rows = ping::engine(&[32], 2000, cfg.opts.clone())?;
+    measure_engine_at(cfg.nodes, &cfg.opts)
+}
+
+/// L (32 B ping-pong, one-way median, µs), c (µs per message of a relay ring of `nodes`
+/// in-process nodes) and the reactors the ring ran on.
+pub fn measure_engine_at(nodes: u32, opts: &NodeOptions) -> Result<(f64, f64, u32), EngineError> {
+    let rows = ping::engine(&[32], 2000, opts.clone())?;
     let l = rows.first().map_or(f64::NAN, |r| r.p50_us);
-    let tokens = cfg.nodes.min(64);
-    let laps = (50_000 / (tokens as u64 * cfg.nodes as u64)).max(3);
-    let r = relay::per_message_cost(cfg.nodes, tokens, laps, &cfg.opts)?;
+    let tokens = nodes.min(64);
+    let laps = (50_000 / (tokens as u64 * nodes as u64)).max(3);
+    let r = relay::per_message_cost(nodes, tokens, laps, opts)?;
     Ok((l, r.c_us, r.reactors))
 }
 

@@ -13,6 +13,7 @@ macro_rules! say {
     }};
 }
 
+pub mod bench_bmg;
 pub mod bench_checkpoint;
 pub mod bench_route;
 pub mod bench_stabilize;
@@ -159,6 +160,9 @@ pub enum BenchCommand {
     /// Routing over the BMG: messages to any rank and a broadcast around killed nodes, a hop's
     /// cost beside the engine's one-way latency.
     Route(bench_route::BenchRouteArgs),
+    /// The BMG built from a launch tree on real nodes, timed and checked, beside the
+    /// simulator's projection with the costs measured in the same run.
+    Bmg(bench_bmg::BenchBmgArgs),
 }
 
 /// `weft model ...`
@@ -193,6 +197,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
         Command::Bench(BenchCommand::Checkpoint(args)) => bench_checkpoint::run(args),
         Command::Bench(BenchCommand::Route(args)) => bench_route::run(args),
+        Command::Bench(BenchCommand::Bmg(args)) => bench_bmg::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
         Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),

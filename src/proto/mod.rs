@@ -166,6 +166,14 @@ impl<M> Outbox<M> {
     pub fn len(&self) -> usize {
         self.actions.len()
     }
+
+    /// Number of queued messages.
+    pub fn sends(&self) -> usize {
+        self.actions
+            .iter()
+            .filter(|a| matches!(a, Action::Send { .. }))
+            .count()
+    }
 }
 
 /// A sans-IO protocol instance: one per process.

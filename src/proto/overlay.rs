@@ -49,6 +49,7 @@ pub struct Overlay {
     /// Algorithm 2's rules and state.
     pub bmg: Bmg,
     spont: Spontaneous,
+    sent: u64,
 }
 
 impl Overlay {
@@ -59,7 +60,13 @@ impl Overlay {
             ring,
             bmg,
             spont: Spontaneous::new(OVERLAY_TIMER, cfg),
+            sent: 0,
         }
+    }
+
+    /// Messages this process has sent (both algorithms).
+    pub fn sent(&self) -> u64 {
+        self.sent
     }
 
     /// Whether the process has gone quiet.
@@ -97,6 +104,7 @@ impl Protocol for Overlay {
         msg: OverlayMsg,
         out: &mut Outbox<OverlayMsg>,
     ) {
+        let before = out.sends();
         match msg {
             OverlayMsg::Ring(m) => {
                 let changed = self.ring.handle(from, m, out);
@@ -106,12 +114,14 @@ impl Protocol for Overlay {
             }
             OverlayMsg::Bmg(m) => self.bmg.handle(m, out),
         }
+        self.sent += (out.sends() - before) as u64;
     }
 
     fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<OverlayMsg>) {
         if timer != OVERLAY_TIMER {
             return;
         }
+        let before = out.sends();
         // A quiet process firing is the refresh: every rule fires, settled or not.
         let refresh = self.spont.is_quiet();
         if refresh || !self.ring.settled() {
@@ -122,6 +132,7 @@ impl Protocol for Overlay {
             self.bmg.fire(out);
         }
         self.spont.fired(self.settled(), out);
+        self.sent += (out.sends() - before) as u64;
     }
 
     fn state_version(&self) -> u64 {

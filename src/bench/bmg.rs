@@ -1,0 +1,304 @@
+//! `weft bench bmg`: the BMG built from a launch tree (Algorithms 1 and 2, tree → ring → BMG)
+//! on real in-process engine nodes, timed, every finger checked against `topology::bmg`, and
+//! beside it the timed simulator's projection of the same tree with the costs the same command
+//! measured: the one-way latency `L` (ping-pong) and the CPU per message `c` (relay ring), the
+//! nodes sharing the reactors' cores as they do for real.
+//!
+//! Both runs use the same spontaneous period and no refresh (the paper's simulator: a quiet
+//! process fires no more until a message changes its state), so the real run ends, and is
+//! timed, when the last process reports itself quiet and nothing wakes any process for a
+//! settling time after that.
+
+use super::stabilize::BenchError;
+use super::validate::measure_engine_at;
+use crate::engine::reactor::NodeEvent;
+use crate::proto::overlay::Overlay;
+use crate::proto::ring::Ring;
+use crate::proto::spontaneous::SpontaneousConfig;
+use crate::proto::Event;
+use crate::sim::timed::{Net, TimedConfig, TimedWorld};
+use crate::sim::tree::{Tree, TreeKind};
+use crate::topology::bmg as formula;
+use crate::transport::{Cluster, NodeOptions};
+use crate::{NodeId, Rank};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BmgBenchConfig {
+    /// Launch tree shape (binary or binomial).
+    pub tree: TreeKind,
+    /// Firing period of the spontaneous rules.
+    pub period: Duration,
+    /// After the last process went quiet, how long nothing may wake one for the run to end.
+    pub settle: Duration,
+    /// Engine settings.
+    pub opts: NodeOptions,
+    /// Longest wait for the construction.
+    pub timeout: Duration,
+}
+
+/// One N (a JSON line of `weft bench bmg --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct BmgBenchRow {
+    /// Processes.
+    pub nodes: u32,
+    /// Launch tree.
+    pub tree: String,
+    /// Real: start to the last process going quiet, ms.
+    pub real_ms: f64,
+    /// The timed simulator's projection with the measured costs, ms.
+    pub sim_ms: f64,
+    /// `real_ms / sim_ms`.
+    pub ratio: f64,
+    /// Messages of the real run.
+    pub msgs: u64,
+    /// Messages of the simulated run.
+    pub sim_msgs: u64,
+    /// Every process's successor and fingers are the formulas'.
+    pub converged: bool,
+    /// Processes whose ring or BMG neighbors are wrong.
+    pub wrong: u32,
+    /// Measured one-way latency, µs.
+    pub l_us: f64,
+    /// Measured CPU per message, µs.
+    pub c_us: f64,
+    /// Cores the nodes share (the reactors).
+    pub cores: u32,
+    /// Spontaneous period, µs.
+    pub period_us: f64,
+    /// What the nodes ran on.
+    pub backend: String,
+}
+
+/// The launch tree of `n` processes: binomial for a power of two, binary for `2^k − 1`.
+pub fn tree_of(kind: TreeKind, n: u32) -> Result<Tree, BenchError> {
+    let bad = |what: &str| BenchError::Config(format!("{n} nodes: a {what}"));
+    match kind {
+        TreeKind::Binomial if n.is_power_of_two() => {
+            Tree::binomial(n.trailing_zeros(), u64::from(n))
+                .map_err(|e| BenchError::Config(e.to_string()))
+        }
+        TreeKind::Binomial => Err(bad(
+            "binomial tree has a power of two of them (16, 64, ...)",
+        )),
+        TreeKind::Binary if n >= 1 && (n + 1).is_power_of_two() => {
+            Tree::binary((n + 1).trailing_zeros() - 1, u64::from(n))
+                .map_err(|e| BenchError::Config(e.to_string()))
+        }
+        TreeKind::Binary => Err(bad("binary tree has 2^k - 1 of them (15, 63, ...)")),
+        TreeKind::Random => Err(BenchError::Config(
+            "the random tree has no set size: use binary or binomial".into(),
+        )),
+    }
+}
+
+fn overlays(tree: &Tree, spont: SpontaneousConfig) -> Vec<Overlay> {
+    let n = tree.len() as u32;
+    (0..n).map(|p| overlay_of(tree, p, spont)).collect()
+}
+
+fn overlay_of(tree: &Tree, p: u32, spont: SpontaneousConfig) -> Overlay {
+    let ring = Ring::new(
+        NodeId(p as u64),
+        tree.parent(p).map(|q| NodeId(q as u64)),
+        tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
+    );
+    Overlay::new(ring, tree.len() as u32, spont)
+}
+
+/// Processes whose successor or fingers differ from the formulas over the tree's preorder.
+pub fn wrong_fingers(tree: &Tree, finals: &[Overlay]) -> u32 {
+    let n = tree.len() as u32;
+    let order = tree.preorder();
+    let mut pos = vec![0u32; n as usize];
+    for (i, &p) in order.iter().enumerate() {
+        pos[p as usize] = i as u32;
+    }
+    let at = |r: Rank| Some(NodeId(order[r.0 as usize] as u64));
+    finals
+        .iter()
+        .enumerate()
+        .filter(|(p, o)| {
+            let a = Rank(pos[*p]);
+            o.ring.succ() != at(Rank((a.0 + 1) % n))
+                || (0..formula::levels(n)).any(|k| {
+                    o.bmg.cw(k as usize) != at(formula::cw(a, k, n))
+                        || o.bmg.ccw(k as usize) != at(formula::ccw(a, k, n))
+                })
+        })
+        .count() as u32
+}
+
+/// Build the BMG over `tree` on real nodes: (time to the last quiet, messages, final states,
+/// backend).
+fn real(
+    tree: &Tree,
+    spont: SpontaneousConfig,
+    cfg: &BmgBenchConfig,
+) -> Result<(Duration, u64, Vec<Overlay>, String), BenchError> {
+    let n = tree.len();
+    let launch = tree.clone();
+    let c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
+        overlay_of(&launch, i as u32, spont)
+    })?;
+    let start = c.epoch;
+    let deadline = Instant::now() + cfg.timeout;
+    let mut quiet = vec![false; n];
+    let (mut quiet_count, mut last) = (0usize, Duration::ZERO);
+    loop {
+        let wait = if quiet_count == n {
+            cfg.settle
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        match c.events.recv_timeout(wait) {
+            Ok((id, NodeEvent::Protocol(Event::Quiet))) => {
+                let i = id.0 as usize;
+                if !quiet[i] {
+                    quiet[i] = true;
+                    quiet_count += 1;
+                }
+                last = start.elapsed();
+            }
+            Ok((id, NodeEvent::Protocol(Event::Woke))) => {
+                let i = id.0 as usize;
+                if quiet[i] {
+                    quiet[i] = false;
+                    quiet_count -= 1;
+                }
+            }
+            Ok((id, NodeEvent::Suspect(p))) => {
+                // The engine says why right after the suspicion.
+                let why = c
+                    .events
+                    .recv_timeout(Duration::from_secs(1))
+                    .map_or(String::new(), |(_, e)| format!(": {e:?}"));
+                return Err(BenchError::Config(format!(
+                    "{id} lost {p} while building the BMG{why}"
+                )));
+            }
+            Ok(_) => {}
+            Err(_) if quiet_count == n => break,
+            Err(_) => {
+                return Err(BenchError::Timeout(
+                    cfg.timeout,
+                    format!("{quiet_count} of {n} processes quiet"),
+                ))
+            }
+        }
+    }
+    let backend = c.backend_name();
+    let finals = c.stop_all()?;
+    let msgs = finals.iter().map(Overlay::sent).sum();
+    Ok((last, msgs, finals, backend))
+}
+
+/// The timed simulator's run of the same tree: (time of the last quiet, messages).
+fn projected(
+    tree: &Tree,
+    spont: SpontaneousConfig,
+    l: Duration,
+    c: Duration,
+    cores: u32,
+) -> (Duration, u64) {
+    let mut w = TimedWorld::new(
+        overlays(tree, spont),
+        TimedConfig {
+            net: Net::Constant { l },
+            // A message's CPU, half at each end.
+            ocp: c / 2,
+            send: c / 2,
+            detect: Duration::ZERO,
+        },
+    )
+    .share_cores(cores);
+    w.start();
+    let mut last = 0u64;
+    while w.step().is_some() {
+        for (_, t, e) in w.take_reports() {
+            if e == Event::Quiet {
+                last = last.max(t);
+            }
+        }
+    }
+    (Duration::from_nanos(last), w.sent)
+}
+
+/// Run one N.
+pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
+    let tree = tree_of(cfg.tree, n)?;
+    let spont = SpontaneousConfig {
+        period: cfg.period,
+        refresh: None,
+    };
+    let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
+    let (real_t, msgs, finals, backend) = real(&tree, spont, cfg)?;
+    let wrong = wrong_fingers(&tree, &finals);
+    let (sim_t, sim_msgs) = projected(
+        &tree,
+        spont,
+        Duration::from_secs_f64(l_us / 1e6),
+        Duration::from_secs_f64(c_us / 1e6),
+        cores,
+    );
+    let real_ms = real_t.as_secs_f64() * 1e3;
+    let sim_ms = sim_t.as_secs_f64() * 1e3;
+    Ok(BmgBenchRow {
+        nodes: n,
+        tree: cfg.tree.to_string(),
+        real_ms,
+        sim_ms,
+        ratio: real_ms / sim_ms.max(1e-9),
+        msgs,
+        sim_msgs,
+        converged: wrong == 0,
+        wrong,
+        l_us,
+        c_us,
+        cores,
+        period_us: cfg.period.as_secs_f64() * 1e6,
+        backend,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check finds every process of an unbuilt overlay wrong and none of a built one.
+    #[test]
+    fn the_finger_check_tells_built_from_unbuilt() {
+        let tree = tree_of(TreeKind::Binomial, 32).unwrap();
+        let spont = SpontaneousConfig {
+            period: Duration::from_micros(100),
+            refresh: None,
+        };
+        assert_eq!(wrong_fingers(&tree, &overlays(&tree, spont)), 32);
+        let mut w = TimedWorld::new(
+            overlays(&tree, spont),
+            TimedConfig {
+                net: Net::Constant {
+                    l: Duration::from_micros(30),
+                },
+                ocp: Duration::from_micros(3),
+                send: Duration::from_micros(3),
+                detect: Duration::ZERO,
+            },
+        )
+        .share_cores(2);
+        w.start();
+        while w.step().is_some() {}
+        assert_eq!(wrong_fingers(&tree, w.nodes()), 0);
+    }
+
+    /// Sizes that no tree of the kind has are refused, naming the sizes it has.
+    #[test]
+    fn tree_sizes_are_checked() {
+        assert_eq!(tree_of(TreeKind::Binary, 15).unwrap().len(), 15);
+        assert_eq!(tree_of(TreeKind::Binomial, 64).unwrap().len(), 64);
+        assert!(tree_of(TreeKind::Binary, 16).is_err());
+        assert!(tree_of(TreeKind::Binomial, 63).is_err());
+    }
+}

@@ -1,0 +1,95 @@
+//! `weft bench bmg`: the BMG built on real in-process nodes from a launch tree, every finger
+//! checked, beside the timed simulator's projection with the costs measured in the same run.
+
+use super::values::TreeKindArg;
+use super::EngineArgs;
+use clap::Args;
+use std::time::Duration;
+use weft::bench::bmg::{run as run_bench, tree_of, BmgBenchConfig};
+
+/// `weft bench bmg` arguments.
+#[derive(Args, Debug)]
+pub struct BenchBmgArgs {
+    /// Launch tree shape: binomial (N a power of two) or binary (N = 2^k - 1).
+    #[arg(long, value_enum, default_value = "binomial")]
+    tree: TreeKindArg,
+    /// Job sizes, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256")]
+    nodes_list: Vec<u32>,
+    /// Firing period of the spontaneous rules, µs.
+    #[arg(long, default_value_t = 1000)]
+    period_us: u64,
+    /// One JSON object per size.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// Run `weft bench bmg`.
+pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (10..=1_000_000).contains(&a.period_us),
+        "--period-us {}: must be 10 to 1000000",
+        a.period_us
+    );
+    super::checks::distinct("--nodes-list", &a.nodes_list)?;
+    let cfg = BmgBenchConfig {
+        tree: a.tree.into(),
+        period: Duration::from_micros(a.period_us),
+        settle: Duration::from_micros(a.period_us * 50).max(Duration::from_millis(50)),
+        opts: weft::bench::stabilize::job_options(
+            a.engine.wait.into(),
+            a.engine.backend.map(Into::into),
+        ),
+        timeout: Duration::from_secs(120),
+    };
+    for &n in &a.nodes_list {
+        anyhow::ensure!(
+            (2..=4096).contains(&n),
+            "--nodes-list: {n} nodes, must be 2 to 4096"
+        );
+        tree_of(cfg.tree, n).map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
+    }
+    if !a.json {
+        say!(
+            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9}",
+            "nodes",
+            "tree",
+            "real ms",
+            "sim ms",
+            "ratio",
+            "msgs",
+            "sim msgs",
+            "L us",
+            "c us",
+            "converged"
+        );
+    }
+    for &n in &a.nodes_list {
+        let r = run_bench(n, &cfg)?;
+        if a.json {
+            say!("{}", serde_json::to_string(&r)?);
+        } else {
+            say!(
+                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9}",
+                r.nodes,
+                r.tree,
+                r.real_ms,
+                r.sim_ms,
+                r.ratio,
+                r.msgs,
+                r.sim_msgs,
+                r.l_us,
+                r.c_us,
+                r.converged
+            );
+        }
+        anyhow::ensure!(
+            r.converged,
+            "{n} nodes: {} processes ended with wrong neighbors",
+            r.wrong
+        );
+    }
+    Ok(())
+}
