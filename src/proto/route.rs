@@ -658,27 +658,25 @@ impl Route {
 
     /// An `Ack` or `Unreachable` (its `hops` not yet counting the hop that brought it): for
     /// this process, or passed on.
-    fn on_answer(&mut self, now: Time, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
-        let hops_in = |h: u32| if from == self.me { h } else { h + 1 };
+    fn on_answer(&mut self, now: Time, from: u32, mut msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+        let (src, hops) = match &mut msg {
+            RouteMsg::Ack { src, hops, .. } | RouteMsg::Unreachable { src, hops, .. } => {
+                if from != self.me {
+                    *hops += 1;
+                }
+                (*src, *hops)
+            }
+            RouteMsg::Data { .. } | RouteMsg::Flood { .. } => return,
+        };
+        if src != self.me {
+            self.relay(src, from, hops, msg, out);
+            return;
+        }
         match msg {
             RouteMsg::Ack {
-                src,
-                dst,
-                seq,
-                there,
-                hops,
+                dst, seq, there, ..
             } => {
-                let hops = hops_in(hops);
-                if src != self.me {
-                    let fwd = RouteMsg::Ack {
-                        src,
-                        dst,
-                        seq,
-                        there,
-                        hops,
-                    };
-                    self.relay(src, from, hops, fwd, out);
-                } else if let Some(p) = self.pending.remove(&(dst, seq)) {
+                if let Some(p) = self.pending.remove(&(dst, seq)) {
                     out.report(Event::Route(RouteEvent::Delivered {
                         to: self.id(dst),
                         tag: p.tag,
@@ -689,25 +687,9 @@ impl Route {
                     }));
                 }
             }
-            RouteMsg::Unreachable {
-                src,
-                dst,
-                seq,
-                hops,
-            } => {
-                let hops = hops_in(hops);
-                if src != self.me {
-                    let fwd = RouteMsg::Unreachable {
-                        src,
-                        dst,
-                        seq,
-                        hops,
-                    };
-                    self.relay(src, from, hops, fwd, out);
-                } else {
-                    self.dead[dst as usize] = true;
-                    self.fail_toward(dst, out);
-                }
+            RouteMsg::Unreachable { dst, .. } => {
+                self.dead[dst as usize] = true;
+                self.fail_toward(dst, out);
             }
             RouteMsg::Data { .. } | RouteMsg::Flood { .. } => {}
         }
