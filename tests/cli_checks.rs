@@ -48,6 +48,11 @@ fn numbers_too_large_are_refused_not_panics_or_wraps() {
     refused(&["bench", "route", "--size", "4294967296"], "--size");
     refused(&["bench", "route", "--retry-ms", "0"], "--retry-ms");
     refused(&["bench", "route", "--nodes", "1"], "--nodes");
+    refused(&["bench", "bmg", "--nodes-list", "16,0"], "--nodes-list");
+    refused(
+        &["bench", "bmg", "--tree", "binary", "--nodes-list", "16"],
+        "2^k - 1",
+    );
 }
 
 #[test]

@@ -229,6 +229,7 @@ fn projected(
 /// Run one N.
 pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let tree = tree_of(cfg.tree, n)?;
+    super::route::fits_descriptors(n as usize)?;
     let spont = SpontaneousConfig {
         period: cfg.period,
         refresh: None,

@@ -111,6 +111,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// Run it.
 pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     let n = cfg.nodes;
+    fits_descriptors(n)?;
     let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
     let (mail, boxes): (Vec<Sender<RouteRequest>>, Vec<Receiver<RouteRequest>>) =
         (0..n).map(|_| channel()).unzip();
@@ -268,6 +269,24 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
         backend,
         seed: cfg.seed,
     })
+}
+
+/// Refuse a job of `n` in-process nodes whose BMG connections (both ends in this process, a
+/// listener each) would not fit under this process's descriptor limit: past it, dials and
+/// accepts fail with EMFILE and messages wait for retries that cannot succeed.
+pub fn fits_descriptors(n: usize) -> Result<(), BenchError> {
+    let fingers = bmg::neighbors(Rank(0), n as u32).len();
+    let need = n * (fingers + 1) + 64;
+    let limit =
+        crate::engine::raise_descriptor_limit().map_err(crate::engine::EngineError::from)?;
+    if need as u64 > limit {
+        return Err(BenchError::Config(format!(
+            "{n} in-process nodes with {fingers} BMG neighbors each need about {need} open \
+             descriptors; this process may open {limit} (the hard limit of `ulimit -n`): run \
+             fewer nodes or raise the limit"
+        )));
+    }
+    Ok(())
 }
 
 /// The next routing event of any node.

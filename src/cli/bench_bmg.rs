@@ -50,6 +50,8 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "--nodes-list: {n} nodes, must be 2 to 4096"
         );
         tree_of(cfg.tree, n).map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
+        weft::bench::route::fits_descriptors(n as usize)
+            .map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
     }
     if !a.json {
         say!(
