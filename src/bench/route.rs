@@ -21,6 +21,7 @@ use crate::engine::reactor::NodeEvent;
 use crate::proto::route::{Route, RouteConfig, RouteEvent, RouteRequest};
 use crate::proto::Event;
 use crate::rng::SimRng;
+use crate::sim::route::other_than;
 use crate::topology::bmg;
 use crate::transport::{Cluster, NodeOptions};
 use crate::{NodeId, Rank};
@@ -144,7 +145,7 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     let mut sent = 0u64;
     for &r in &live {
         for j in 0..cfg.per_node {
-            let to = live[rng.below(live.len() as u64) as usize];
+            let to = other_than(r, &live, &mut rng);
             let _ = mail[r as usize].send(RouteRequest::Send {
                 to: Rank(to),
                 tag: j as u64,
@@ -197,15 +198,10 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     let mut direct = Vec::new();
     for j in 0..2 * cfg.probes {
         let to_finger = j % 2 == 1 && !fingers.is_empty();
-        let to = loop {
-            let t = if to_finger {
-                fingers[rng.below(fingers.len() as u64) as usize]
-            } else {
-                live[rng.below(live.len() as u64) as usize]
-            };
-            if t != prober {
-                break t;
-            }
+        let to = if to_finger {
+            fingers[rng.below(fingers.len() as u64) as usize]
+        } else {
+            other_than(prober, &live, &mut rng)
         };
         let _ = mail[prober as usize].send(RouteRequest::Send {
             to: Rank(to),

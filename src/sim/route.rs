@@ -121,6 +121,19 @@ pub fn pick_dead(n: u32, dead: u32, rng: &mut SimRng) -> HashSet<u32> {
     set
 }
 
+/// A random rank of `live` other than `me` (`me` itself when it is the only one).
+pub fn other_than(me: u32, live: &[u32], rng: &mut SimRng) -> u32 {
+    if live.len() < 2 {
+        return me;
+    }
+    loop {
+        let t = live[rng.below(live.len() as u64) as usize];
+        if t != me {
+            return t;
+        }
+    }
+}
+
 /// Run it.
 pub fn run(cfg: &RouteSimConfig) -> RouteRun {
     let n = cfg.nodes;
@@ -152,7 +165,7 @@ pub fn run(cfg: &RouteSimConfig) -> RouteRun {
     let mut sent = 0u64;
     for &r in &live {
         for j in 0..cfg.per_node {
-            let to = live[rng.below(live.len() as u64) as usize];
+            let to = other_than(r, &live, &mut rng);
             let tag = (r as u64) << 32 | j as u64;
             let _ = mail[r as usize].send(RouteRequest::Send {
                 to: Rank(to),
