@@ -13,14 +13,12 @@ use super::stabilize::BenchError;
 use super::validate::measure_engine_at;
 use crate::engine::reactor::NodeEvent;
 use crate::proto::overlay::Overlay;
-use crate::proto::ring::Ring;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::proto::Event;
+use crate::sim::bmg::{overlay_of, wrong_fingers};
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
 use crate::sim::tree::{Tree, TreeKind};
-use crate::topology::bmg as formula;
 use crate::transport::{Cluster, NodeOptions};
-use crate::{NodeId, Rank};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -95,40 +93,9 @@ pub fn tree_of(kind: TreeKind, n: u32) -> Result<Tree, BenchError> {
 }
 
 fn overlays(tree: &Tree, spont: SpontaneousConfig) -> Vec<Overlay> {
-    let n = tree.len() as u32;
-    (0..n).map(|p| overlay_of(tree, p, spont)).collect()
-}
-
-fn overlay_of(tree: &Tree, p: u32, spont: SpontaneousConfig) -> Overlay {
-    let ring = Ring::new(
-        NodeId(p as u64),
-        tree.parent(p).map(|q| NodeId(q as u64)),
-        tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
-    );
-    Overlay::new(ring, tree.len() as u32, spont)
-}
-
-/// Processes whose successor or fingers differ from the formulas over the tree's preorder.
-pub fn wrong_fingers(tree: &Tree, finals: &[Overlay]) -> u32 {
-    let n = tree.len() as u32;
-    let order = tree.preorder();
-    let mut pos = vec![0u32; n as usize];
-    for (i, &p) in order.iter().enumerate() {
-        pos[p as usize] = i as u32;
-    }
-    let at = |r: Rank| Some(NodeId(order[r.0 as usize] as u64));
-    finals
-        .iter()
-        .enumerate()
-        .filter(|(p, o)| {
-            let a = Rank(pos[*p]);
-            o.ring.succ() != at(Rank((a.0 + 1) % n))
-                || (0..formula::levels(n)).any(|k| {
-                    o.bmg.cw(k as usize) != at(formula::cw(a, k, n))
-                        || o.bmg.ccw(k as usize) != at(formula::ccw(a, k, n))
-                })
-        })
-        .count() as u32
+    (0..tree.len() as u32)
+        .map(|p| overlay_of(tree, p, spont))
+        .collect()
 }
 
 /// Build the BMG over `tree` on real nodes: (time to the last quiet, messages, final states,

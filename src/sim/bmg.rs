@@ -251,6 +251,28 @@ impl Oracle {
     }
 }
 
+/// Process `p` of `tree` (process `i` is `NodeId(i)`), before any rule fired: its place in the
+/// launch tree, and a job of `tree.len()` processes.
+pub fn overlay_of(tree: &Tree, p: u32, spont: SpontaneousConfig) -> Overlay {
+    let ring = Ring::new(
+        NodeId(p as u64),
+        tree.parent(p).map(|q| NodeId(q as u64)),
+        tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
+    );
+    Overlay::new(ring, tree.len() as u32, spont)
+}
+
+/// Processes of `tree` whose final state `finals[p]` is not the oracle's: successor,
+/// predecessor or a finger off the formulas over the tree's preorder.
+pub fn wrong_fingers(tree: &Tree, finals: &[Overlay]) -> u32 {
+    let oracle = Oracle::new(tree);
+    finals
+        .iter()
+        .enumerate()
+        .filter(|&(p, o)| !(oracle.ring_ok(p as u32, o) && oracle.bmg_ok(p as u32, o)))
+        .count() as u32
+}
+
 /// Build the tree a configuration asks for.
 pub fn build_tree(cfg: &BmgSimConfig) -> Result<Tree, TreeError> {
     let mut rng = SimRng::new(cfg.seed);
@@ -272,16 +294,7 @@ pub fn build_world(tree: &Tree, cfg: &BmgSimConfig) -> World<Overlay> {
             .rounds(n)
             .map(|r| cfg.latency * u32::try_from(r).unwrap_or(u32::MAX)),
     };
-    let nodes = (0..n)
-        .map(|p| {
-            let ring = Ring::new(
-                NodeId(p as u64),
-                tree.parent(p).map(|q| NodeId(q as u64)),
-                tree.children(p).iter().map(|&c| NodeId(c as u64)).collect(),
-            );
-            Overlay::new(ring, n, spont)
-        })
-        .collect();
+    let nodes = (0..n).map(|p| overlay_of(tree, p, spont)).collect();
     // Its own stream: the tree and the corruption of a seed stay the same under every policy.
     World::new(nodes, cfg.scheduler, cfg.latency).with_policy(cfg.policy, cfg.seed ^ 0x5c4e_d01e)
 }
