@@ -111,6 +111,28 @@ impl super::Message for RouteMsg {
     }
 }
 
+impl RouteMsg {
+    /// Where a routed message is going: a `Data`'s destination, an answer's original sender;
+    /// a broadcast's origin (a broadcast is flooded, not routed).
+    fn target(&self) -> u32 {
+        match self {
+            RouteMsg::Data { dst, .. } => *dst,
+            RouteMsg::Ack { src, .. } | RouteMsg::Unreachable { src, .. } => *src,
+            RouteMsg::Flood { origin, .. } => *origin,
+        }
+    }
+
+    /// Hops made so far.
+    fn hops(&self) -> u32 {
+        match self {
+            RouteMsg::Data { hops, .. }
+            | RouteMsg::Ack { hops, .. }
+            | RouteMsg::Unreachable { hops, .. }
+            | RouteMsg::Flood { hops, .. } => *hops,
+        }
+    }
+}
+
 /// The retransmission timer.
 pub const RETRY_TIMER: TimerId = TimerId(50);
 
@@ -294,7 +316,7 @@ pub struct Route {
     /// Routed messages passed to peers not heard from yet (at most [`CUSTODY`] each): if the
     /// dial to one is refused, they go on another way at once instead of waiting for their
     /// senders' retries.
-    custody: HashMap<u32, Vec<(u32, RouteMsg)>>,
+    custody: HashMap<u32, Vec<RouteMsg>>,
 }
 
 /// Messages kept per unheard peer (older ones are left to their senders' retries).
@@ -534,38 +556,28 @@ impl Route {
         closer.or_else(|| nearest(&mut live.filter(|&&f| Some(f) != from)))
     }
 
-    /// Pass on a routed message for `target` that came from `from` and has made `hops` hops;
-    /// `false` when it was dropped.
-    fn relay(
-        &mut self,
-        target: u32,
-        from: u32,
-        hops: u32,
-        msg: RouteMsg,
-        out: &mut Outbox<RouteMsg>,
-    ) -> bool {
+    /// Pass on a routed message that came from `from` (dropped, and counted, when it has made
+    /// `max_hops` hops, its target is dead or no live finger is left).
+    fn relay(&mut self, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+        let target = msg.target();
         // Nothing reaches a dead target (a `Data`'s sender was answered before this).
-        if hops >= self.max_hops || self.dead[target as usize] {
+        let hop = if msg.hops() >= self.max_hops || self.dead[target as usize] {
+            None
+        } else {
+            self.next_hop(target, Some(from))
+        };
+        let Some(h) = hop else {
             self.stats.dropped += 1;
-            return false;
-        }
-        match self.next_hop(target, Some(from)) {
-            Some(h) => {
-                self.stats.forwarded += 1;
-                if !self.heard[h as usize] {
-                    let kept = self.custody.entry(h).or_default();
-                    if kept.len() < CUSTODY {
-                        kept.push((target, msg.clone()));
-                    }
-                }
-                out.send(self.ring[h as usize], msg);
-                true
-            }
-            None => {
-                self.stats.dropped += 1;
-                false
+            return;
+        };
+        self.stats.forwarded += 1;
+        if !self.heard[h as usize] {
+            let kept = self.custody.entry(h).or_default();
+            if kept.len() < CUSTODY {
+                kept.push(msg.clone());
             }
         }
+        out.send(self.ring[h as usize], msg);
     }
 
     /// Every pending message to `dst` fails: it is dead.
@@ -601,13 +613,7 @@ impl Route {
         let hops = hops + 1;
         if dst != self.me {
             if self.dead[dst as usize] {
-                let back = RouteMsg::Unreachable {
-                    src,
-                    dst,
-                    seq,
-                    hops: 0,
-                };
-                self.answer(now, src, from, back, out);
+                self.unreachable(now, src, dst, seq, from, out);
                 return;
             }
             let fwd = RouteMsg::Data {
@@ -618,7 +624,7 @@ impl Route {
                 hops,
                 payload,
             };
-            self.relay(dst, from, hops, fwd, out);
+            self.relay(from, fwd, out);
             return;
         }
         if self.received.entry(src).or_default().insert(seq) {
@@ -640,6 +646,26 @@ impl Route {
         self.answer(now, src, from, ack, out);
     }
 
+    /// Tell `src` that `dst`, the destination of its message `seq` (which came from `from`),
+    /// is dead for this process.
+    fn unreachable(
+        &mut self,
+        now: Time,
+        src: u32,
+        dst: u32,
+        seq: u64,
+        from: u32,
+        out: &mut Outbox<RouteMsg>,
+    ) {
+        let back = RouteMsg::Unreachable {
+            src,
+            dst,
+            seq,
+            hops: 0,
+        };
+        self.answer(now, src, from, back, out);
+    }
+
     /// Start an answer toward `src` (this process itself when a message came back round).
     fn answer(
         &mut self,
@@ -652,7 +678,7 @@ impl Route {
         if src == self.me {
             self.on_answer(now, self.me, msg, out);
         } else {
-            self.relay(src, from, 0, msg, out);
+            self.relay(from, msg, out);
         }
     }
 
@@ -669,7 +695,7 @@ impl Route {
             RouteMsg::Data { .. } | RouteMsg::Flood { .. } => return,
         };
         if src != self.me {
-            self.relay(src, from, hops, msg, out);
+            self.relay(from, msg, out);
             return;
         }
         match msg {
@@ -814,26 +840,15 @@ impl Protocol for Route {
         self.heard[r as usize] = false;
         self.fail_toward(r, out);
         // What this process relayed to it, unheard, goes on another way.
-        for (target, msg) in self.custody.remove(&r).unwrap_or_default() {
-            let hops = match &msg {
-                RouteMsg::Data { hops, .. }
-                | RouteMsg::Ack { hops, .. }
-                | RouteMsg::Unreachable { hops, .. }
-                | RouteMsg::Flood { hops, .. } => *hops,
-            };
-            if let RouteMsg::Data { src, dst, seq, .. } = msg {
-                if dst == target && self.dead[dst as usize] {
-                    let back = RouteMsg::Unreachable {
-                        src,
-                        dst,
-                        seq,
-                        hops: 0,
-                    };
-                    self.answer(now, src, self.me, back, out);
-                    continue;
+        for msg in self.custody.remove(&r).unwrap_or_default() {
+            match msg {
+                RouteMsg::Data { src, dst, seq, .. } if self.dead[dst as usize] => {
+                    self.unreachable(now, src, dst, seq, self.me, out);
+                }
+                _ => {
+                    self.relay(self.me, msg, out);
                 }
             }
-            self.relay(target, self.me, hops, msg, out);
         }
         // What left through the lost finger may be lost with it: send it again now.
         let through: Vec<(u32, u64)> = self
