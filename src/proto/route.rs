@@ -21,6 +21,10 @@
 //! whose sender reports it failed (the acknowledgement was lost with its relay): as with any
 //! timeout-based detector, "failed" means "not confirmed".
 //!
+//! Frames are authenticated hop by hop (the job key), not end to end: a relay is a member of
+//! the job and is trusted with what passes through it, as in ULFM. What any member can make a
+//! process remember is bounded (sequence windows: [`SEEN_MAX`]; custody: [`CUSTODY`]).
+//!
 //! The broadcast is the one ULFM runs over the same graph: the origin sends to its live
 //! fingers, every process delivers a broadcast the first time it sees it and forwards it to its
 //! live fingers but the one it came from; copies are dropped. Every live process delivers it as
@@ -261,6 +265,12 @@ impl Seen {
         if seq < self.below || !self.above.insert(seq) {
             return false;
         }
+        if self.above.len() > SEEN_MAX {
+            // Give up the oldest gap: everything up to the first number held counts as seen.
+            if let Some(first) = self.above.first().copied() {
+                self.below = first;
+            }
+        }
         while self.above.remove(&self.below) {
             self.below += 1;
         }
@@ -321,6 +331,12 @@ pub struct Route {
 
 /// Messages kept per unheard peer (older ones are left to their senders' retries).
 pub const CUSTODY: usize = 64;
+
+/// Sequence numbers above the first gap remembered per sender. Past it, the oldest gap is
+/// given up (its messages, if they ever come, count as copies and their senders see no
+/// acknowledgement): what a sender, or a member forging senders' numbers, can make a process
+/// keep is bounded, about 80 KiB per sender.
+pub const SEEN_MAX: usize = 4096;
 
 /// The distance from `a` to `b` along the ring, the shorter way round.
 fn ring_dist(a: u32, b: u32, n: u32) -> u32 {
@@ -865,5 +881,50 @@ impl Protocol for Route {
 
     fn on_wake(&mut self, now: Time, out: &mut Outbox<RouteMsg>) {
         self.drain_mailbox(now, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job member that sends sequence numbers with gaps (a hostile one, or one whose
+    /// messages got far out of order) cannot make a destination remember them without bound.
+    #[test]
+    fn sparse_sequence_numbers_keep_bounded_memory() {
+        let ring: Arc<[NodeId]> = (0..4u64).map(NodeId).collect();
+        let mut r = Route::new(Rank(0), ring, RouteConfig::default());
+        let mut out = Outbox::new();
+        for i in 0..100_000u64 {
+            let msg = RouteMsg::Data {
+                src: 1 + (i % 3) as u32,
+                dst: 0,
+                seq: 2 * i,
+                tag: i,
+                hops: 0,
+                payload: Payload::default(),
+            };
+            r.on_message(Time::ZERO, NodeId(1), msg, &mut out);
+            out.drain().for_each(drop);
+        }
+        for (src, seen) in &r.received {
+            assert!(
+                seen.above.len() <= SEEN_MAX,
+                "{} sequence numbers kept for {src}",
+                seen.above.len()
+            );
+        }
+    }
+
+    /// Within the window, every sequence number is taken once, in any order.
+    #[test]
+    fn seen_takes_each_number_once_in_any_order() {
+        let mut s = Seen::default();
+        for seq in [3, 0, 2, 2, 1, 0, 5, 4, 3] {
+            s.insert(seq);
+        }
+        assert_eq!((s.below, s.above.len()), (6, 0));
+        assert!(!s.insert(4));
+        assert!(s.insert(6));
     }
 }
