@@ -134,22 +134,18 @@ pub fn other_than(me: u32, live: &[u32], rng: &mut SimRng) -> u32 {
     }
 }
 
-/// Run it.
-pub fn run(cfg: &RouteSimConfig) -> RouteRun {
-    let n = cfg.nodes;
-    let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
-    let mut rng = SimRng::new(cfg.seed);
-    let dead = pick_dead(n, cfg.dead, &mut rng);
-    let live: Vec<u32> = (0..n).filter(|r| !dead.contains(r)).collect();
-    let mut mail: Vec<Sender<RouteRequest>> = Vec::new();
-    let nodes: Vec<Route> = (0..n)
+/// The routers of `cfg.nodes` processes (rank `i` is `NodeId(i)`) in a timed world, not
+/// started, and each one's mailbox.
+fn routers(cfg: &RouteSimConfig) -> (TimedWorld<Route>, Vec<Sender<RouteRequest>>) {
+    let ring: Arc<[NodeId]> = (0..cfg.nodes as u64).map(NodeId).collect();
+    let (mail, nodes): (Vec<_>, Vec<_>) = (0..cfg.nodes)
         .map(|r| {
             let (tx, rx) = channel();
-            mail.push(tx);
-            Route::new(Rank(r), ring.clone(), cfg.route).with_mailbox(rx)
+            let route = Route::new(Rank(r), ring.clone(), cfg.route).with_mailbox(rx);
+            (tx, route)
         })
-        .collect();
-    let mut w = TimedWorld::new(
+        .unzip();
+    let w = TimedWorld::new(
         nodes,
         TimedConfig {
             net: Net::Constant { l: cfg.l },
@@ -158,6 +154,16 @@ pub fn run(cfg: &RouteSimConfig) -> RouteRun {
             detect: cfg.detect,
         },
     );
+    (w, mail)
+}
+
+/// Run it.
+pub fn run(cfg: &RouteSimConfig) -> RouteRun {
+    let n = cfg.nodes;
+    let mut rng = SimRng::new(cfg.seed);
+    let dead = pick_dead(n, cfg.dead, &mut rng);
+    let live: Vec<u32> = (0..n).filter(|r| !dead.contains(r)).collect();
+    let (mut w, mail) = routers(cfg);
     for &d in &dead {
         w.kill(d);
     }
@@ -258,6 +264,77 @@ mod tests {
                 run.check(2)
                     .unwrap_or_else(|e| panic!("n = {n}, seed {seed}: {e}"));
             }
+        }
+    }
+
+    /// Processes killed while a burst is on its way (relays holding messages, destinations,
+    /// senders), seeds over: every survivor's message gets exactly one answer, a `Delivered`
+    /// whenever its destination survived, and no process delivers a message twice.
+    #[test]
+    fn kills_in_the_middle_of_a_burst() {
+        for seed in 1..=8 {
+            let cfg = RouteSimConfig {
+                nodes: 128,
+                seed,
+                ..Default::default()
+            };
+            let (mut w, mail) = routers(&cfg);
+            let mut rng = SimRng::new(seed);
+            let all: Vec<u32> = (0..cfg.nodes).collect();
+            w.start();
+            let mut dst = HashMap::new();
+            for &r in &all {
+                for j in 0..4u64 {
+                    let to = other_than(r, &all, &mut rng);
+                    let tag = (r as u64) << 32 | j;
+                    dst.insert(tag, to);
+                    let data = tag.to_le_bytes().to_vec().into();
+                    let _ = mail[r as usize].send(RouteRequest::Send {
+                        to: Rank(to),
+                        tag,
+                        data,
+                    });
+                }
+                w.wake_at(0, r);
+            }
+            let victims = pick_dead(cfg.nodes, 16, &mut rng);
+            for &v in &victims {
+                w.kill_at(rng.below(300_000), v);
+            }
+            let (mut answers, mut received) = (HashMap::new(), HashMap::new());
+            while w.step().is_some() {
+                for (at, _, e) in w.take_reports() {
+                    match e {
+                        Event::Route(RouteEvent::Delivered { tag, .. }) => {
+                            answers.entry(tag).or_insert_with(Vec::new).push(true);
+                        }
+                        Event::Route(RouteEvent::Failed { tag, .. }) => {
+                            answers.entry(tag).or_insert_with(Vec::new).push(false);
+                        }
+                        Event::Route(RouteEvent::Received { tag, .. }) => {
+                            *received.entry((at, tag)).or_insert(0) += 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            for (&tag, &to) in &dst {
+                let from = (tag >> 32) as u32;
+                if victims.contains(&from) {
+                    continue;
+                }
+                let got = answers.get(&tag).cloned().unwrap_or_default();
+                let want = if victims.contains(&to) {
+                    got.len() == 1
+                } else {
+                    got == [true]
+                };
+                assert!(want, "seed {seed}: {from} -> {to}: answers {got:?}");
+            }
+            assert!(
+                received.values().all(|&c| c == 1),
+                "seed {seed}: a message delivered twice"
+            );
         }
     }
 
