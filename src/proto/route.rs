@@ -614,35 +614,31 @@ impl Route {
         }
     }
 
-    fn on_data(&mut self, now: Time, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+    fn on_data(&mut self, now: Time, from: u32, mut msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
         let RouteMsg::Data {
             src,
             dst,
             seq,
             tag,
             hops,
-            payload,
-        } = msg
+            ..
+        } = &mut msg
         else {
             return;
         };
-        let hops = hops + 1;
+        *hops += 1;
+        let (src, dst, seq, tag, hops) = (*src, *dst, *seq, *tag, *hops);
         if dst != self.me {
             if self.dead[dst as usize] {
                 self.unreachable(now, src, dst, seq, from, out);
-                return;
+            } else {
+                self.relay(from, msg, out);
             }
-            let fwd = RouteMsg::Data {
-                src,
-                dst,
-                seq,
-                tag,
-                hops,
-                payload,
-            };
-            self.relay(from, fwd, out);
             return;
         }
+        let RouteMsg::Data { payload, .. } = msg else {
+            return;
+        };
         if self.received.entry(src).or_default().insert(seq) {
             out.report(Event::Route(RouteEvent::Received {
                 from: self.id(src),
