@@ -56,6 +56,13 @@ pub struct ReactorOptions {
     /// jobs whose peers all listen before any dials (in-process clusters, an address
     /// exchange that hands out the list only once everyone is bound).
     pub startup_grace: Duration,
+    /// Release a connection after every message sent on it: the next message to the same
+    /// peer dials a new one, and neither end suspects the other for the close (a goodbye is
+    /// exchanged first). The Process Order paper's centralized broadcast and its hierarchy
+    /// "with reconnection" ran so, on hosts whose 64 descriptors could not keep one
+    /// connection per peer; `weft bench broadcast` measures what it costs. Order per pair of
+    /// nodes holds as always. Off by default.
+    pub reconnect: bool,
 }
 
 /// Default [`ReactorOptions::max_strangers`]: far more than dial one node at once in a job's
@@ -101,6 +108,7 @@ impl Default for ReactorOptions {
             max_queued: MAX_QUEUED,
             max_strangers: MAX_STRANGERS,
             startup_grace: Duration::ZERO,
+            reconnect: false,
         }
     }
 }

@@ -51,6 +51,11 @@ pub enum Kind {
     /// sender's kernel pages (see [`super::sendq`]). Only after the handshake: a stranger has
     /// no business padding.
     Pad = 4,
+    /// Goodbye: the sender sends nothing more on this connection, and the receiver answers
+    /// with one of its own after what it still had to send; then both close it without
+    /// suspecting each other (a connection released, see `ReactorOptions::reconnect`). Only
+    /// after the handshake, with a MAC like a control message.
+    Bye = 5,
 }
 
 impl Kind {
@@ -60,6 +65,7 @@ impl Kind {
             2 => Some(Kind::Hello),
             3 => Some(Kind::Auth),
             4 => Some(Kind::Pad),
+            5 => Some(Kind::Bye),
             _ => None,
         }
     }
@@ -100,9 +106,10 @@ impl FrameHeader {
         if flags & !FLAG_MAC != 0 || h[12..16] != [0, 0, 0, 0] {
             return Err(WireError::Reserved);
         }
-        // Only a message names a protocol; only a message is authenticated frame by frame
-        // (the handshake authenticates itself, padding carries nothing).
-        if (kind == Kind::Msg) != (tag != 0) || (kind != Kind::Msg && flags != 0) {
+        // Only a message names a protocol; only a message and a goodbye are authenticated
+        // frame by frame (the handshake authenticates itself, padding carries nothing).
+        let maced = matches!(kind, Kind::Msg | Kind::Bye);
+        if (kind == Kind::Msg) != (tag != 0) || (!maced && flags != 0) {
             return Err(WireError::Reserved);
         }
         let body_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);

@@ -114,6 +114,16 @@ impl SendQueue {
         msg.push_onto(self, mac)
     }
 
+    /// Append a goodbye ([`Kind::Bye`]), with a MAC from `mac`: nothing follows it.
+    pub fn push_bye(&mut self, mac: Option<&mut FrameMac>) {
+        let header = FrameHeader::encode(Kind::Bye, 0, mac.is_some(), 0);
+        self.push_bytes(&header);
+        if let Some(mac) = mac {
+            let tag = mac.seal([&header[..]]);
+            self.push_bytes(&tag);
+        }
+    }
+
     /// [`Self::push_msg`] for a message of protocol `tag` (see [`super::Framed`]).
     pub(crate) fn push_framed<M: Message + Serializable>(
         &mut self,
@@ -897,5 +907,25 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, msgs().len());
+    }
+
+    /// A goodbye is a header and its MAC, nothing else, and the MAC verifies at the receiver
+    /// in sequence with the messages around it.
+    #[test]
+    fn a_goodbye_is_a_header_and_a_mac() {
+        let key = [9u8; 32];
+        let (mut send, mut recv) = (FrameMac::new(&key), FrameMac::new(&key));
+        let mut q = SendQueue::new();
+        q.push_bye(Some(&mut send));
+        let bytes = q.to_vec();
+        assert_eq!(bytes.len(), HEADER_LEN + crate::wire::frame::MAC_LEN);
+        let h = FrameHeader::parse(&bytes, 0).unwrap().unwrap();
+        assert_eq!((h.kind, h.mac, h.body_len), (Kind::Bye, true, 0));
+        assert_eq!(h.frame_len(), bytes.len());
+        recv.verify([&bytes[..HEADER_LEN]], &bytes[HEADER_LEN..])
+            .unwrap();
+        let mut plain = SendQueue::new();
+        plain.push_bye(None);
+        assert_eq!(plain.to_vec().len(), HEADER_LEN);
     }
 }

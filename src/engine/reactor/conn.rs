@@ -57,6 +57,8 @@ pub(super) struct Conn {
     pub(super) received: bool,
     /// [`Conn::last_write_max`] of a long queue, once asked.
     pub(super) last_write: Option<usize>,
+    /// Released: a goodbye was said (`release.rs`); its end is no failure.
+    pub(super) goodbye: Option<super::release::Goodbye>,
 }
 
 /// A send handed to io_uring: the chunks and the `msghdr` and iovecs naming them, boxed so

@@ -7,6 +7,7 @@ use super::backend::{Backend, IoEvent};
 use super::conn::{bound_silence, Conn};
 use super::conns::ConnId;
 use super::error::ConnError;
+use super::release::Goodbye;
 use super::{Due, NodeEvent, Reactor};
 use crate::engine::EngineError;
 use crate::proto::{Action, Message, Protocol};
@@ -191,6 +192,7 @@ where
             sending: false,
             received: false,
             last_write: None,
+            goodbye: None,
         };
         let id = self.conns.reserve();
         if let Err(e) = self
@@ -234,6 +236,17 @@ where
         let held = self.held.remove(&slot).unwrap_or_default();
         let h = conn.host;
         self.io.forget(&self.poll, &mut conn.stream);
+        // A released connection's end, whatever ended it, is no failure (`release.rs`).
+        if let (Some(_), Some(peer)) = (conn.goodbye, conn.peer) {
+            self.cold[h].left(peer);
+            if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+                if host.route.get(&peer) == Some(&slot) {
+                    host.route.remove(&peer);
+                }
+            }
+            self.lost.push(conn.stream);
+            return self.released(h, peer);
+        }
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         // A dial to a peer not listening yet, during the start-up grace: tried again later.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {
@@ -382,7 +395,7 @@ where
             return Ok(());
         };
         conn.received = true;
-        let mut answered = false;
+        let (mut answered, mut bye, mut release) = (false, false, false);
         while let Some(frame) = conn.decoder.next_frame()? {
             let Some(peer) = conn.peer else {
                 let mut reply = Vec::new();
@@ -423,9 +436,23 @@ where
                     for msg in &held {
                         push(conn, msg)?;
                     }
+                    release = self.cfg.options.reconnect && !held.is_empty();
+                    answered |= release;
                 }
                 continue;
             };
+            if frame.kind == Kind::Bye {
+                if let Some(session) = conn.session.as_mut().filter(|s| s.covers(false)) {
+                    let mac = frame.mac().ok_or(WireError::MacMissing("goodbye"))?;
+                    session.recv.verify(frame.authenticated_parts(), mac)?;
+                }
+                if !frame.body().is_empty() {
+                    return Err(ConnError::Unexpected(Kind::Bye));
+                }
+                // Nothing follows a goodbye.
+                bye = true;
+                break;
+            }
             if frame.kind != Kind::Msg {
                 return Err(ConnError::Unexpected(frame.kind));
             }
@@ -450,8 +477,14 @@ where
             let at = self.now() + super::SWEEP_EVERY;
             self.timers.set(Due::Sweep, at);
         }
+        if release {
+            self.say_goodbye(slot, Goodbye::Ours);
+        }
         if answered {
             self.push_out(slot)?;
+        }
+        if bye {
+            return self.goodbye_heard(slot);
         }
         Ok(())
     }
@@ -520,6 +553,15 @@ where
     }
 
     pub(super) fn send(&mut self, h: usize, to: NodeId, msg: P::Msg) -> Result<(), EngineError> {
+        let msg = if self.releasing.is_empty() {
+            msg
+        } else {
+            match self.held_for_release(h, to, msg) {
+                Ok(Some(msg)) => msg,
+                Ok(None) => return Ok(()),
+                Err(_) => return self.release_stalled(h, to),
+            }
+        };
         let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
             return Ok(());
         };
@@ -554,6 +596,9 @@ where
             return Ok(());
         }
         let generation = conn.generation;
+        if self.cfg.options.reconnect {
+            self.say_goodbye(slot, Goodbye::Ours);
+        }
         self.flush(slot)?;
         // What the kernel did not take: a peer that stopped reading (a stalled process whose
         // kernel still acknowledges and answers probes) would have it grow without bound.

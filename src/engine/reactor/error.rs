@@ -12,6 +12,9 @@ pub enum ConnError {
     /// The peer closed its end.
     #[error("closed by peer")]
     ClosedByPeer,
+    /// Released on purpose, both goodbyes said (no failure: see `release.rs`).
+    #[error("released")]
+    Released,
     /// A system call on the socket failed.
     #[error("{0}")]
     Io(IoFailure),

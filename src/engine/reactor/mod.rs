@@ -17,6 +17,7 @@
 //! `hosts.rs` the hosted nodes' life; `dispatch.rs` frames, handshakes, messages and routes;
 //! `strangers.rs` which unauthenticated connection makes room when they crowd a node;
 //! `lost.rs` when the sockets of ended connections are shut down;
+//! `release.rs` connections closed on purpose (goodbyes, no suspicion);
 //! `refusals.rs` how often refusals are reported; `accept.rs` what a failed accept means;
 //! `error.rs` why a connection ends; `last_write.rs` how a long queue's last write is cut.
 
@@ -32,6 +33,7 @@ mod hot;
 mod last_write;
 mod lost;
 mod refusals;
+mod release;
 mod ring;
 mod startup;
 mod strangers;
@@ -226,6 +228,8 @@ struct Reactor<P: Protocol, B> {
     started: Time,
     /// Peers hosted nodes keep trying to reach during the start-up grace.
     redial: IdMap<(usize, NodeId), startup::Redial<P::Msg>>,
+    /// Peers of hosted nodes whose released connections are closing (see `release.rs`).
+    releasing: IdMap<(usize, NodeId), release::Releasing<P::Msg>>,
 }
 
 /// A reactor set up on the calling thread for `cfg.backend`, ready to [`run`](Self::run).
@@ -351,6 +355,7 @@ where
             lost_waited: 0,
             started: Time::ZERO,
             redial: IdMap::default(),
+            releasing: IdMap::default(),
         })
     }
 

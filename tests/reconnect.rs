@@ -1,0 +1,107 @@
+//! Released connections (`ReactorOptions::reconnect`): every message on a connection of its
+//! own, closed with a goodbye, on both backends. Nothing is lost or reordered, nobody is
+//! suspected for the closes, and a peer that really stops is still suspected.
+
+mod common;
+
+use common::events::collect;
+use weft::engine::reactor::NodeEvent;
+use weft::engine::{Backend, ReactorOptions, WaitMode};
+use weft::proto::ping::PingPong;
+use weft::transport::{Cluster, NodeOptions};
+use weft::NodeId;
+
+const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
+
+fn reconnecting(backend: Backend) -> NodeOptions {
+    NodeOptions {
+        pin: false,
+        backend: Some(backend),
+        reactor: ReactorOptions {
+            wait: WaitMode::Block,
+            reconnect: true,
+            ..Default::default()
+        },
+        ..NodeOptions::default()
+    }
+}
+
+fn suspicions(seen: &[(NodeId, NodeEvent)]) -> Vec<&(NodeId, NodeEvent)> {
+    seen.iter()
+        .filter(|(_, e)| matches!(e, NodeEvent::Suspect(_)))
+        .collect()
+}
+
+/// Each ping and each echo on its own connection: every echo carries its ping's bytes, no
+/// one is suspected, and the connections really were new (one authentication each).
+#[test]
+fn every_message_on_its_own_connection_arrives_and_nobody_is_suspected() {
+    for backend in BACKENDS {
+        let sizes = vec![8, 100_000];
+        let plan = sizes.clone();
+        let c = Cluster::start(2, reconnecting(backend), move |i, ids| {
+            if i == 0 {
+                PingPong::pinger(ids[1], plan.clone(), 100, 0).verifying()
+            } else {
+                PingPong::ponger()
+            }
+        })
+        .unwrap();
+        let seen = collect(&c.events, 30, |s| {
+            s.iter()
+                .any(|(_, e)| *e == NodeEvent::Protocol(weft::proto::Event::Done))
+        });
+        let pinger = c.stop_all().unwrap().into_iter().next().unwrap();
+        assert_eq!(pinger.samples().len(), 200, "{backend:?}: {seen:?}");
+        assert_eq!(pinger.mismatches(), 0, "{backend:?}");
+        assert!(suspicions(&seen).is_empty(), "{backend:?}: {seen:?}");
+        let connections = seen
+            .iter()
+            .filter(|(_, e)| matches!(e, NodeEvent::Authenticated(_)))
+            .count();
+        // Each side authenticates each connection once: two per message, 400 messages.
+        assert!(
+            connections >= 400,
+            "{backend:?}: {connections} authentications for 400 messages"
+        );
+    }
+}
+
+/// A ponger that stops in the middle of the stream is still suspected: its releases do not
+/// hide its failure.
+#[test]
+fn a_stopped_peer_is_still_suspected() {
+    for backend in BACKENDS {
+        let mut c = Cluster::start(2, reconnecting(backend), move |i, ids| {
+            if i == 0 {
+                PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
+            } else {
+                PingPong::ponger()
+            }
+        })
+        .unwrap();
+        let count = |s: &[(NodeId, NodeEvent)]| {
+            s.iter()
+                .filter(|(_, e)| matches!(e, NodeEvent::Authenticated(_)))
+                .count()
+        };
+        collect(&c.events, 10, |s| count(s) >= 100);
+        let mut ponger = c.nodes.pop().unwrap();
+        ponger.stop().unwrap();
+        let lost = |s: &[(NodeId, NodeEvent)]| {
+            s.iter()
+                .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1)))
+        };
+        let seen = collect(&c.events, 10, lost);
+        assert!(lost(&seen), "{backend:?}: node 0 never suspected node 1");
+    }
+}
+
+/// Algorithms 1 and 2, which need FIFO channels, build the BMG when every message goes on a
+/// new connection.
+#[test]
+fn the_bmg_builds_over_released_connections() {
+    for backend in BACKENDS {
+        common::overlay::builds_the_bmg(2, reconnecting(backend));
+    }
+}
