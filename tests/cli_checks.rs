@@ -50,6 +50,22 @@ fn numbers_too_large_are_refused_not_panics_or_wraps() {
     refused(&["bench", "route", "--nodes", "1"], "--nodes");
     refused(&["bench", "bmg", "--nodes-list", "16,0"], "--nodes-list");
     refused(
+        &["bench", "broadcast", "--nodes-list", "1"],
+        "--nodes-list 1",
+    );
+    refused(&["bench", "broadcast", "--broadcasts", "1"], "--broadcasts");
+    refused(
+        &[
+            "bench",
+            "broadcast",
+            "--protocols",
+            "C",
+            "--fail",
+            "coordinator",
+        ],
+        "no coordinator",
+    );
+    refused(
         &["bench", "bmg", "--tree", "binary", "--nodes-list", "16"],
         "2^k - 1",
     );

@@ -7,6 +7,8 @@
 //!   [`procs`], the same with one `weft node` process per node, and [`launched`], the same
 //!   under a real launcher (`srun`, `mpirun`, `mpiexec.hydra`), rank 0 driving the trials
 //!   over [`control`];
+//! - [`broadcast`]: the Process Order paper's broadcast experiment (C, H1, H2) on in-process
+//!   nodes beside its grid application, with a failure in the middle of the stream;
 //! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree;
 //! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
 //! - [`ping`]: engine ping-pong against a std busy-poll loop;
@@ -18,6 +20,7 @@
 
 pub mod bare_wave;
 pub mod bmg;
+pub mod broadcast;
 pub mod checkpoint;
 pub mod control;
 pub mod ida;

@@ -14,6 +14,7 @@ macro_rules! say {
 }
 
 pub mod bench_bmg;
+pub mod bench_broadcast;
 pub mod bench_checkpoint;
 pub mod bench_route;
 pub mod bench_stabilize;
@@ -163,6 +164,10 @@ pub enum BenchCommand {
     /// The BMG built from a launch tree on real nodes, timed and checked, beside the
     /// simulator's projection with the costs measured in the same run.
     Bmg(bench_bmg::BenchBmgArgs),
+    /// The Process Order broadcast (Gendelman et al. section 2): central coordinator (C),
+    /// hierarchy with reconnection (H1) and without (H2), beside a grid application, with a
+    /// failure in the middle of the stream if asked.
+    Broadcast(bench_broadcast::BenchBroadcastArgs),
 }
 
 /// `weft model ...`
@@ -198,6 +203,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Checkpoint(args)) => bench_checkpoint::run(args),
         Command::Bench(BenchCommand::Route(args)) => bench_route::run(args),
         Command::Bench(BenchCommand::Bmg(args)) => bench_bmg::run(args),
+        Command::Bench(BenchCommand::Broadcast(args)) => bench_broadcast::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
         Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),

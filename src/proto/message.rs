@@ -44,6 +44,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (6, "storage"),
     (7, "agreement"),
     (8, "route"),
+    (9, "grid"),
 ];
 
 /// The first tag left to applications.
@@ -76,5 +77,6 @@ mod tests {
         assert!(listed::<crate::proto::storage::StoreMsg>());
         assert!(listed::<crate::proto::agreement::AgreeMsg>());
         assert!(listed::<crate::proto::route::RouteMsg>());
+        assert!(listed::<crate::proto::grid::GridMsg>());
     }
 }

@@ -12,6 +12,7 @@
 pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
+pub mod grid;
 pub mod heartbeat;
 pub mod membership;
 pub mod message;
