@@ -17,6 +17,11 @@
 //!   hung process's kernel still acknowledges, so weft detects on the receiving side instead:
 //!   the observer of a process is its ring successor, one message per process per period, as
 //!   Open MPI's ULFM detector does (each process observed by one other, in a ring).
+//! - A process that starts watching a new predecessor tells it so (a [`Beat`] with `watch`),
+//!   and the predecessor beats to it as well as to its own successor. A table change reaches
+//!   processes at different times, and may stall half-way (the root failing with it on its
+//!   way): without this, a watcher that applied the change would blame a predecessor that
+//!   has not applied it yet and still beats to its old successor.
 //! - A watcher whose own deadline timer fires more than a period late was itself stalled (a
 //!   stopped process that was continued, a starved reactor) and cannot tell whether the
 //!   heartbeats it missed were sent: it starts a new deadline instead of suspecting.
@@ -42,6 +47,9 @@ pub const SUSPECT_AFTER: f64 = 2.5;
 pub struct Beat {
     /// The sender's count of heartbeats, for traces.
     pub seq: u64,
+    /// The sender watches the receiver from now on: the receiver beats to it too, until its
+    /// own ring makes the sender its successor (see [`Heartbeat::on_beat`]).
+    pub watch: bool,
 }
 
 /// Settings.
@@ -109,6 +117,9 @@ pub struct Heartbeat {
     due: Time,
     seq: u64,
     beating: bool,
+    /// A process that said it watches this one (its ring has changed and this one's has not
+    /// yet): beaten to beside the successor.
+    watcher: Option<NodeId>,
 }
 
 impl Heartbeat {
@@ -122,6 +133,7 @@ impl Heartbeat {
             due: Time::ZERO,
             seq: 0,
             beating: false,
+            watcher: None,
         }
     }
 
@@ -151,6 +163,9 @@ impl Heartbeat {
     ) {
         if succ != self.succ {
             self.succ = succ;
+            if succ == self.watcher {
+                self.watcher = None; // this process's ring has caught up with its watcher's
+            }
             // A new successor starts watching at once; beat now rather than a period late.
             if let (Some(s), true) = (succ, self.beating) {
                 self.beat(s, out);
@@ -159,8 +174,17 @@ impl Heartbeat {
         if pred != self.watched {
             self.watched = pred;
             self.heard = now;
-            if pred.is_some() {
+            if let Some(p) = pred {
                 self.arm_watch(now, now + self.cfg.timeout(), out);
+                // It may not know yet that this process is its successor: say so.
+                self.seq += 1;
+                out.send(
+                    p,
+                    Beat {
+                        seq: self.seq,
+                        watch: true,
+                    },
+                );
             } else {
                 out.cancel_timer(WATCH_TIMER);
             }
@@ -191,9 +215,23 @@ impl Heartbeat {
         }
     }
 
+    /// A heartbeat came from `from` (besides [`Self::heard`]): one that says `from` watches
+    /// this process now makes this process beat to it as well.
+    pub fn on_beat(&mut self, from: NodeId, beat: &Beat) {
+        if beat.watch && self.succ != Some(from) {
+            self.watcher = Some(from);
+        }
+    }
+
     fn beat<M: From<Beat>>(&mut self, to: NodeId, out: &mut Outbox<M>) {
         self.seq += 1;
-        out.send(to, Beat { seq: self.seq });
+        out.send(
+            to,
+            Beat {
+                seq: self.seq,
+                watch: false,
+            },
+        );
     }
 
     fn arm_watch<M>(&mut self, now: Time, due: Time, out: &mut Outbox<M>) {
@@ -213,6 +251,9 @@ impl Heartbeat {
             BEAT_TIMER if self.beating => {
                 if let Some(s) = self.succ {
                     self.beat(s, out);
+                }
+                if let Some(w) = self.watcher {
+                    self.beat(w, out);
                 }
                 out.set_timer(BEAT_TIMER, self.cfg.period);
                 None
@@ -255,10 +296,11 @@ mod tests {
         Time(ms * 1_000_000)
     }
 
+    /// Where heartbeats went (not the asks of a new watcher).
     fn beats(out: &mut Outbox<Beat>) -> Vec<NodeId> {
         out.drain()
             .filter_map(|a| match a {
-                Action::Send { to, .. } => Some(to),
+                Action::Send { to, msg } if !msg.watch => Some(to),
                 _ => None,
             })
             .collect()
@@ -322,6 +364,36 @@ mod tests {
         assert_eq!(h.on_timer(at(200), WATCH_TIMER, &mut out), None);
         // The predecessor then really is silent: suspected a deadline later.
         assert_eq!(h.on_timer(at(225), WATCH_TIMER, &mut out), Some(NodeId(1)));
+    }
+
+    /// A table change applied by the watcher and not yet by the watched process: the
+    /// watcher says it watches, and is beaten to until the watched process's ring catches up.
+    #[test]
+    fn a_new_watcher_is_beaten_to_before_the_watched_process_knows_the_ring_changed() {
+        let (mut watcher, mut watched) = (hb(), hb());
+        let mut out = Outbox::<Beat>::new();
+        // Ring 10 -> 11 -> 12; 11 is removed, and only 12 has applied it.
+        watched.set_ring(at(0), Some(NodeId(9)), Some(NodeId(11)), &mut out);
+        out.drain();
+        watcher.set_ring(at(5), Some(NodeId(10)), Some(NodeId(13)), &mut out);
+        let asks: Vec<(NodeId, Beat)> = out
+            .drain()
+            .filter_map(|a| match a {
+                Action::Send { to, msg } => Some((to, msg)),
+                _ => None,
+            })
+            .filter(|(_, b)| b.watch)
+            .collect();
+        assert_eq!(asks.len(), 1);
+        assert_eq!(asks[0].0, NodeId(10));
+        watched.on_beat(NodeId(12), &asks[0].1);
+        assert_eq!(watched.on_timer(at(10), BEAT_TIMER, &mut out), None);
+        assert_eq!(beats(&mut out), vec![NodeId(11), NodeId(12)]);
+        // Its own ring catches up: one beat a period again, to 12.
+        watched.set_ring(at(12), Some(NodeId(9)), Some(NodeId(12)), &mut out);
+        out.drain();
+        assert_eq!(watched.on_timer(at(20), BEAT_TIMER, &mut out), None);
+        assert_eq!(beats(&mut out), vec![NodeId(12)]);
     }
 
     #[test]

@@ -720,6 +720,16 @@ mod tests {
         assert!(s.broadcasts > 1000, "{s:?}");
     }
 
+    /// A suspicion a follower reported to a root that failed before acting on it is told to
+    /// the new root: this schedule (4 processes; n2 hangs, n3 suspects it and tells n0, n0 is
+    /// killed) ended with n3 splicing n2 out and the new root keeping n2 as n3's coordinator,
+    /// each waiting for the other for good.
+    #[test]
+    fn a_suspicion_lost_with_the_root_is_reported_again() {
+        let o = run_one(1608, 20, false);
+        assert!(o.violations.is_empty(), "{:?}", o.violations);
+    }
+
     /// The checker finds what it is for: a survivor's history with a swapped pair, a hole, a
     /// duplicate and an unconfirmed loss are each caught.
     #[test]

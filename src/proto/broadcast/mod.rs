@@ -652,7 +652,11 @@ impl Broadcast {
                 stamp,
                 body,
             } => self.on_flood(from, origin, seq, stamp, body, out),
-            OrderMsg::Beat(_) => {}
+            OrderMsg::Beat(b) => {
+                if let Some(hb) = self.heartbeat.as_mut() {
+                    hb.on_beat(from, &b);
+                }
+            }
         }
     }
 
@@ -688,6 +692,28 @@ impl Broadcast {
         }
         self.confirmed_at_retry = self.confirmed_upto;
         self.repair_stalled(out);
+        self.report_suspects(out);
+    }
+
+    /// A follower's suspicions the table still ignores are told to the root again: the first
+    /// report may have gone to a root that failed before acting on it, and the new root
+    /// would otherwise keep the suspect as this process's coordinator or child while this
+    /// process splices it out, each side waiting for the other for good.
+    fn report_suspects(&mut self, out: &mut Outbox<OrderMsg>) {
+        let root = self.term.root;
+        if !matches!(self.role, Role::Follower) || !self.is_member() || root == self.me {
+            return;
+        }
+        let table = self.log.table();
+        let stale: Vec<NodeId> = self
+            .suspected
+            .iter()
+            .copied()
+            .filter(|&s| s != root && table.is_live(s))
+            .collect();
+        for s in stale {
+            out.send(root, self.failed(s));
+        }
     }
 
     /// Send `to` every broadcast of the BLog from index `from` up to what this process
