@@ -795,6 +795,47 @@ fn bench_broadcast_survives_the_root_failing_halfway() {
     }
 }
 
+/// Hung processes (sockets up, nothing handled) are found by the ring heartbeats, each after
+/// its watcher's deadline (1.5 to 2.5 periods of silence) and not before it.
+#[test]
+fn bench_heartbeat_finds_every_hung_process_after_its_deadline() {
+    let out = succeed(&[
+        "bench",
+        "heartbeat",
+        "--nodes",
+        "6",
+        "--heartbeat-us",
+        "50000",
+        "--trials",
+        "3",
+        "--quiet-periods",
+        "4",
+        "--json",
+    ]);
+    let r = one_json(&out);
+    has_fields(
+        &r,
+        &[
+            "nodes",
+            "heartbeat_us",
+            "trials",
+            "detect_us_p50",
+            "detect_us_max",
+            "periods",
+            "false_suspicions",
+        ],
+    );
+    assert_eq!(r["trials"], 3, "{r}");
+    assert!(
+        r["detect_us_p50"].as_f64().unwrap() >= 1.5 * 50_000.0 * 0.99,
+        "{r}"
+    );
+    assert!(r["periods"].as_u64().unwrap() >= 6 * 4, "{r}");
+    let out = weft(&["bench", "heartbeat", "--nodes", "4", "--trials", "3"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--trials 3"));
+}
+
 #[test]
 fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
     let out = succeed(&["bench", "bmg", "--nodes-list", "16,64", "--json"]);

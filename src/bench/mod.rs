@@ -9,6 +9,8 @@
 //!   over [`control`];
 //! - [`broadcast`]: the Process Order paper's broadcast experiment (C, H1, H2) on in-process
 //!   nodes beside its grid application, with a failure in the middle of the stream;
+//! - [`heartbeat`]: how fast ring heartbeats find a hung process, and how often they blame a
+//!   live one with both cores busy;
 //! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree;
 //! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
 //! - [`ping`]: engine ping-pong against a std busy-poll loop;
@@ -23,6 +25,7 @@ pub mod bmg;
 pub mod broadcast;
 pub mod checkpoint;
 pub mod control;
+pub mod heartbeat;
 pub mod ida;
 pub mod launched;
 pub mod ping;

@@ -16,6 +16,7 @@ macro_rules! say {
 pub mod bench_bmg;
 pub mod bench_broadcast;
 pub mod bench_checkpoint;
+pub mod bench_heartbeat;
 pub mod bench_route;
 pub mod bench_stabilize;
 pub mod checks;
@@ -168,6 +169,9 @@ pub enum BenchCommand {
     /// hierarchy with reconnection (H1) and without (H2), beside a grid application, with a
     /// failure in the middle of the stream if asked.
     Broadcast(bench_broadcast::BenchBroadcastArgs),
+    /// Ring heartbeats (Gendelman et al. section 5.1): how fast a hung process is suspected,
+    /// and how often a live one is, with both cores busy.
+    Heartbeat(bench_heartbeat::BenchHeartbeatArgs),
 }
 
 /// `weft model ...`
@@ -204,6 +208,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Route(args)) => bench_route::run(args),
         Command::Bench(BenchCommand::Bmg(args)) => bench_bmg::run(args),
         Command::Bench(BenchCommand::Broadcast(args)) => bench_broadcast::run(args),
+        Command::Bench(BenchCommand::Heartbeat(args)) => bench_heartbeat::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),
         Command::Node(args) => node::run_node(args),
         Command::Sim(SimCommand::Bmg(args)) => sim_bmg::run(args),

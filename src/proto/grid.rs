@@ -43,7 +43,10 @@ impl super::Message for GridMsg {
 /// short, and its missing places are skipped.
 pub fn shape(n: usize) -> (usize, usize) {
     let n = n.max(1);
-    let rows = (1..=n.isqrt()).rev().find(|&r| n.is_multiple_of(r)).unwrap_or(1);
+    let rows = (1..=n.isqrt())
+        .rev()
+        .find(|&r| n.is_multiple_of(r))
+        .unwrap_or(1);
     // A prime (or nearly) count would make one long row: take the square's side instead.
     let rows = if rows * rows * 4 < n { n.isqrt() } else { rows };
     (rows, n.div_ceil(rows))
