@@ -194,16 +194,7 @@ pub fn run(cfg: &BroadcastBenchConfig) -> Result<BroadcastBenchRow, BenchError> 
     }
     let victim = cfg.fail.map(|v| v.pick(cfg.scheme, n)).transpose()?;
     let origin = n - 1;
-    let grid = cfg
-        .background
-        .map(|doubles| {
-            let opts = NodeOptions {
-                params: format!("grid nodes={n} doubles={doubles}"),
-                ..cfg.opts.clone()
-            };
-            Cluster::start(n, opts, move |i, ids| Grid::new(i, ids, doubles))
-        })
-        .transpose()?;
+    let grid = start_grid(n, cfg.background, &cfg.opts)?;
     let base = BroadcastConfig {
         structure: cfg.scheme.structure(n),
         report_deliveries: true,
@@ -279,10 +270,7 @@ pub fn run(cfg: &BroadcastBenchConfig) -> Result<BroadcastBenchRow, BenchError> 
         }
     }
     c.shutdown()?;
-    let grid_rounds = match grid {
-        Some(g) => g.stop_all()?.iter().map(Grid::rounds).sum(),
-        None => 0,
-    };
+    let grid_rounds = stop_grid(grid)?;
     let survivors: Vec<usize> = (0..n).filter(|&i| Some(i) != victim).collect();
     let order_error = check_order(&survivors, &delivered, origin, cfg.broadcasts).err();
     let times: Vec<u64> = confirmed.values().copied().collect();
@@ -311,6 +299,33 @@ pub fn run(cfg: &BroadcastBenchConfig) -> Result<BroadcastBenchRow, BenchError> 
         background: cfg.background.is_some(),
         grid_rounds,
         backend,
+    })
+}
+
+/// The grid application on `n` in-process nodes of their own, exchanging `doubles` values a
+/// round, beside an experiment on the same cores (`None`: not asked for).
+pub(super) fn start_grid(
+    n: usize,
+    doubles: Option<usize>,
+    opts: &NodeOptions,
+) -> Result<Option<Cluster<Grid>>, BenchError> {
+    let Some(doubles) = doubles else {
+        return Ok(None);
+    };
+    let opts = NodeOptions {
+        params: format!("grid nodes={n} doubles={doubles}"),
+        ..opts.clone()
+    };
+    Ok(Some(Cluster::start(n, opts, move |i, ids| {
+        Grid::new(i, ids, doubles)
+    })?))
+}
+
+/// Stop the grid; its rounds, summed over its processes.
+pub(super) fn stop_grid(grid: Option<Cluster<Grid>>) -> Result<u64, BenchError> {
+    Ok(match grid {
+        Some(g) => g.stop_all()?.iter().map(Grid::rounds).sum(),
+        None => 0,
     })
 }
 

@@ -15,7 +15,6 @@
 use super::stabilize::BenchError;
 use crate::engine::reactor::NodeEvent;
 use crate::proto::broadcast::{Broadcast, BroadcastConfig, OrderEvent};
-use crate::proto::grid::Grid;
 use crate::proto::heartbeat::HeartbeatConfig;
 use crate::proto::{Event, Outbox, Protocol, Time, TimerId};
 use crate::transport::{Cluster, NodeOptions};
@@ -136,16 +135,7 @@ pub fn run(cfg: &HeartbeatBenchConfig) -> Result<HeartbeatBenchRow, BenchError> 
     }
     cfg.heartbeat.check().map_err(BenchError::Config)?;
     let period = cfg.heartbeat.period;
-    let grid = cfg
-        .background
-        .map(|doubles| {
-            let opts = NodeOptions {
-                params: format!("grid nodes={n} doubles={doubles}"),
-                ..cfg.opts.clone()
-            };
-            Cluster::start(n, opts, move |i, ids| Grid::new(i, ids, doubles))
-        })
-        .transpose()?;
+    let grid = super::broadcast::start_grid(n, cfg.background, &cfg.opts)?;
     let bcfg = BroadcastConfig {
         heartbeat: Some(cfg.heartbeat),
         ..BroadcastConfig::default()
@@ -200,10 +190,7 @@ pub fn run(cfg: &HeartbeatBenchConfig) -> Result<HeartbeatBenchRow, BenchError> 
         periods += (live as f64 * start.elapsed().as_secs_f64() / period.as_secs_f64()) as u64;
     }
     c.shutdown()?;
-    let grid_rounds = match grid {
-        Some(g) => g.stop_all()?.iter().map(Grid::rounds).sum(),
-        None => 0,
-    };
+    let grid_rounds = super::broadcast::stop_grid(grid)?;
     let mut sorted = detect.clone();
     sorted.sort_by(f64::total_cmp);
     let max = sorted.last().copied().unwrap_or(0.0);
