@@ -28,11 +28,7 @@ pub struct BenchBmgArgs {
 
 /// Run `weft bench bmg`.
 pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        (10..=1_000_000).contains(&a.period_us),
-        "--period-us {}: must be 10 to 1000000",
-        a.period_us
-    );
+    super::checks::within("--period-us", a.period_us, 10..=1_000_000)?;
     super::checks::distinct("--nodes-list", &a.nodes_list)?;
     let cfg = BmgBenchConfig {
         tree: a.tree.into(),

@@ -104,26 +104,14 @@ pub fn run(a: BenchBroadcastArgs) -> anyhow::Result<()> {
         );
     }
     anyhow::ensure!(!a.protocols.is_empty(), "--protocols: name at least one");
-    anyhow::ensure!(
-        (2..=1_000_000).contains(&a.broadcasts),
-        "--broadcasts {}: must be 2 to 1000000",
-        a.broadcasts
-    );
+    super::checks::within("--broadcasts", a.broadcasts, 2..=1_000_000)?;
     anyhow::ensure!(
         a.size <= 1 << 20,
         "--size {}: at most 1 MiB (1048576)",
         a.size
     );
-    anyhow::ensure!(
-        (1..=1 << 16).contains(&a.grid_doubles),
-        "--grid-doubles {}: must be 1 to 65536",
-        a.grid_doubles
-    );
-    anyhow::ensure!(
-        (1..=86_400).contains(&a.timeout_s),
-        "--timeout-s {}: must be 1 to 86400",
-        a.timeout_s
-    );
+    super::checks::within("--grid-doubles", a.grid_doubles, 1..=1 << 16)?;
+    super::checks::within("--timeout-s", a.timeout_s, 1..=86_400)?;
     if let Some(v) = a.fail {
         for &s in &a.protocols {
             for &n in &a.nodes_list {

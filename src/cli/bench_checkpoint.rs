@@ -40,11 +40,7 @@ pub struct BenchCheckpointArgs {
 
 /// Run `weft bench checkpoint`.
 pub fn run(a: BenchCheckpointArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        (2..=4096).contains(&a.nodes),
-        "--nodes {}: must be 2 to 4096",
-        a.nodes
-    );
+    super::checks::within("--nodes", a.nodes, 2..=4096)?;
     anyhow::ensure!(
         a.fail < a.nodes,
         "--fail {}: must be below --nodes ({})",
@@ -56,16 +52,8 @@ pub fn run(a: BenchCheckpointArgs) -> anyhow::Result<()> {
         "--state-mib {}: must be 0 to 1024",
         a.state_mib
     );
-    anyhow::ensure!(
-        (1..=1000).contains(&a.repeat),
-        "--repeat {}: must be 1 to 1000",
-        a.repeat
-    );
-    anyhow::ensure!(
-        (2..=255).contains(&a.xor_set),
-        "--xor-set {}: must be 2 to 255",
-        a.xor_set
-    );
+    super::checks::within("--repeat", a.repeat, 1..=1000)?;
+    super::checks::within("--xor-set", a.xor_set, 2..=255)?;
     let schemes = a
         .schemes
         .iter()

@@ -39,32 +39,20 @@ pub struct BenchHeartbeatArgs {
 
 /// Run `weft bench heartbeat`.
 pub fn run(a: BenchHeartbeatArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        (3..=1024).contains(&a.nodes),
-        "--nodes {}: must be 3 to 1024",
-        a.nodes
-    );
+    super::checks::within("--nodes", a.nodes, 3..=1024)?;
     anyhow::ensure!(
         (1..=a.nodes - 2).contains(&a.trials),
         "--trials {}: must be 1 to --nodes - 2 ({}), two processes are left to watch each other",
         a.trials,
         a.nodes - 2
     );
-    anyhow::ensure!(
-        (10..=60_000_000).contains(&a.heartbeat_us),
-        "--heartbeat-us {}: must be 10 to 60000000",
-        a.heartbeat_us
-    );
+    super::checks::within("--heartbeat-us", a.heartbeat_us, 10..=60_000_000)?;
     anyhow::ensure!(
         a.quiet_periods <= 10_000_000,
         "--quiet-periods {}: at most 10000000",
         a.quiet_periods
     );
-    anyhow::ensure!(
-        (1..=1 << 16).contains(&a.grid_doubles),
-        "--grid-doubles {}: must be 1 to 65536",
-        a.grid_doubles
-    );
+    super::checks::within("--grid-doubles", a.grid_doubles, 1..=1 << 16)?;
     let heartbeat = HeartbeatConfig {
         period: Duration::from_micros(a.heartbeat_us),
         suspect_after: a.suspect_after,

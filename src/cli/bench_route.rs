@@ -40,11 +40,7 @@ pub struct BenchRouteArgs {
 
 /// Run `weft bench route`.
 pub fn run(a: BenchRouteArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        (2..=4096).contains(&a.nodes),
-        "--nodes {}: must be 2 to 4096",
-        a.nodes
-    );
+    super::checks::within("--nodes", a.nodes, 2..=4096)?;
     anyhow::ensure!(
         a.fail + 2 <= a.nodes,
         "--fail {}: at most --nodes - 2 ({}), so that two nodes are left to talk",
@@ -56,21 +52,9 @@ pub fn run(a: BenchRouteArgs) -> anyhow::Result<()> {
         "--size {}: at most 1 MiB (1048576)",
         a.size
     );
-    anyhow::ensure!(
-        (1..=1000).contains(&a.per_node),
-        "--per-node {}: must be 1 to 1000",
-        a.per_node
-    );
-    anyhow::ensure!(
-        (1..=1_000_000).contains(&a.probes),
-        "--probes {}: must be 1 to 1000000",
-        a.probes
-    );
-    anyhow::ensure!(
-        (1..=60_000).contains(&a.retry_ms),
-        "--retry-ms {}: must be 1 to 60000",
-        a.retry_ms
-    );
+    super::checks::within("--per-node", a.per_node, 1..=1000)?;
+    super::checks::within("--probes", a.probes, 1..=1_000_000)?;
+    super::checks::within("--retry-ms", a.retry_ms, 1..=60_000)?;
     let seed = a.seed.unwrap_or_else(weft::rng::SimRng::fresh_seed);
     let cfg = RouteBenchConfig {
         nodes: a.nodes,

@@ -47,6 +47,21 @@ pub fn micros(flag: &str, us: u64) -> anyhow::Result<Duration> {
     Ok(d)
 }
 
+/// A number within `range`, or an error naming the flag, the value and the range.
+pub fn within<T: PartialOrd + std::fmt::Display>(
+    flag: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> anyhow::Result<()> {
+    ensure!(
+        range.contains(&value),
+        "{flag} {value}: must be {} to {}",
+        range.start(),
+        range.end()
+    );
+    Ok(())
+}
+
 /// A radix the membership tree can have: a power of two, at least 2.
 pub fn radix(r: u32) -> anyhow::Result<()> {
     ensure!(
@@ -92,6 +107,11 @@ mod tests {
         assert!(radix(3).is_err() && radix(0).is_err() && radix(1).is_err());
         assert!(radix(16).is_ok());
         assert!(distinct("--sizes", &[8, 8]).is_err());
+        assert!(within("--n", 5u32, 1..=5).is_ok());
+        assert_eq!(
+            within("--n", 6u32, 1..=5).unwrap_err().to_string(),
+            "--n 6: must be 1 to 5"
+        );
         assert!(writable("--plot", Path::new("/nonexistent/x.svg")).is_err());
     }
 }
