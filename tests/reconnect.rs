@@ -5,10 +5,14 @@
 mod common;
 
 use common::events::collect;
+use common::handshake::shake_hands_as;
+use std::io::Read;
+use std::time::Duration;
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, ReactorOptions, WaitMode};
 use weft::proto::ping::PingPong;
 use weft::transport::{Cluster, NodeOptions};
+use weft::wire::handshake::{Identity, JobKey, Role};
 use weft::NodeId;
 
 const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
@@ -103,5 +107,54 @@ fn a_stopped_peer_is_still_suspected() {
 fn the_bmg_builds_over_released_connections() {
     for backend in BACKENDS {
         common::overlay::builds_the_bmg(2, reconnecting(backend));
+    }
+}
+
+/// A peer that dies in the middle of a goodbye (it reads the message and the goodbye, then its
+/// socket closes without an answer) is suspected at once: the end of a connection is a
+/// release only when the goodbyes were exchanged. Before, the close passed for a release and
+/// nothing else was sent to the peer, so nobody ever suspected it.
+#[test]
+fn a_peer_that_dies_during_a_goodbye_is_suspected() {
+    for backend in BACKENDS {
+        let key = JobKey::from_bytes([5; 32]);
+        let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let spec = weft::transport::NodeSpec {
+            id: NodeId(0),
+            listener,
+            peers: [(NodeId(1), raw.local_addr().unwrap())]
+                .into_iter()
+                .collect(),
+            key: key.clone(),
+            core: None,
+        };
+        let opts = NodeOptions {
+            key: Some(key.clone()),
+            ..reconnecting(backend)
+        };
+        let (tx, events) = std::sync::mpsc::channel();
+        let pinger = PingPong::pinger(NodeId(1), vec![8], 10, 0);
+        let _node = weft::transport::spawn(spec, &opts, pinger, tx).unwrap();
+        let (mut s, _) = raw.accept().unwrap();
+        let me = Identity::new(opts.job_id, NodeId(1), key);
+        let patience = Duration::from_secs(5);
+        assert_eq!(
+            shake_hands_as(Role::Responder, &mut s, me, patience),
+            Ok(NodeId(0))
+        );
+        // The node writes the ping and its goodbye as soon as it has authenticated us: with
+        // its handshake's last frame (then the handshake above read them already), or when
+        // our last frame reaches it (then they come now). Either way they are sent before
+        // this socket closes.
+        let mut buf = [0u8; 4096];
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let _ = s.read(&mut buf);
+        drop(s);
+        let lost =
+            |s: &[(NodeId, NodeEvent)]| s.iter().any(|(_, e)| *e == NodeEvent::Suspect(NodeId(1)));
+        let seen = collect(&events, 10, lost);
+        assert!(lost(&seen), "{backend:?}: never suspected: {seen:?}");
     }
 }

@@ -12,9 +12,19 @@ use weft::NodeId;
 /// check its proof. The node's id once it proved the job key, or why not (the node closed,
 /// said nothing within `patience`, or failed the proof).
 pub fn shake_hands(s: &mut TcpStream, me: Identity, patience: Duration) -> Result<NodeId, String> {
+    shake_hands_as(Role::Initiator, s, me, patience)
+}
+
+/// [`shake_hands`] on either side: `Role::Responder` on a connection the node dialed.
+#[allow(dead_code)] // not every test binary that shares this module answers dials
+pub fn shake_hands_as(
+    role: Role,
+    s: &mut TcpStream,
+    me: Identity,
+    patience: Duration,
+) -> Result<NodeId, String> {
     let mut out = Vec::new();
-    let mut hs =
-        Handshake::start(Role::Initiator, me, None, &mut out).map_err(|e| e.to_string())?;
+    let mut hs = Handshake::start(role, me, None, &mut out).map_err(|e| e.to_string())?;
     s.write_all(&out)
         .map_err(|e| format!("send our Hello: {e}"))?;
     s.set_read_timeout(Some(patience))

@@ -70,9 +70,13 @@ where
                     if self.conns.generation_of(slot) != Some(generation) {
                         continue;
                     }
-                    // What arrived before the failure (the frames ahead of a FIN) counts.
-                    let _ = self.frames(slot);
-                    self.close(slot, *why)
+                    // What arrived before the failure (the frames ahead of a FIN) counts; a
+                    // goodbye's answer among them makes the end a release.
+                    let why = match self.frames(slot) {
+                        Err(ConnError::Released) => ConnError::Released,
+                        _ => *why,
+                    };
+                    self.close(slot, why)
                 }
             };
             if let (Ok(()), Err(e)) = (&result, done) {
@@ -236,27 +240,29 @@ where
         let held = self.held.remove(&slot).unwrap_or_default();
         let h = conn.host;
         self.io.forget(&self.poll, &mut conn.stream);
-        // A released connection's end, whatever ended it, is no failure (`release.rs`).
-        if let (Some(_), Some(peer)) = (conn.goodbye, conn.peer) {
-            self.cold[h].left(peer);
-            if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
-                if host.route.get(&peer) == Some(&slot) {
-                    host.route.remove(&peer);
-                }
+        // A released connection's end is no failure when the goodbyes were exchanged: ours
+        // answered, or theirs answered and their end of the stream come (`release.rs`). Any
+        // other end of it is the peer failing during the goodbye, suspected below.
+        if let (Some(bye), Some(peer)) = (conn.goodbye, conn.peer) {
+            let clean = matches!(
+                (bye, &why),
+                (Goodbye::Ours, ConnError::Released) | (Goodbye::Theirs, ConnError::ClosedByPeer)
+            );
+            if clean {
+                self.cold[h].left(peer);
+                self.unroute(h, peer, slot);
+                self.lost.push(conn.stream);
+                return self.released(h, peer);
             }
-            self.lost.push(conn.stream);
-            return self.released(h, peer);
+            // What waited for the peer goes with it, as a lost connection's queue does.
+            self.releasing.remove(&(h, peer));
         }
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         // A dial to a peer not listening yet, during the start-up grace: tried again later.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {
             if self.redial_later(h, to, held, &why) {
                 self.lost.push(conn.stream);
-                if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
-                    if host.route.get(&to) == Some(&slot) {
-                        host.route.remove(&to);
-                    }
-                }
+                self.unroute(h, to, slot);
                 self.refuse(h, Some(to), why);
                 return Ok(());
             }
@@ -285,9 +291,7 @@ where
         let Some(peer) = who else {
             return Ok(());
         };
-        if host.route.get(&peer) == Some(&slot) {
-            host.route.remove(&peer);
-        }
+        unroute(host, peer, slot);
         host.proto.on_suspect(now, peer, &mut self.outbox);
         self.emit(h, NodeEvent::Suspect(peer));
         let carried_out = self.apply_outbox(h);
@@ -646,6 +650,13 @@ where
         Ok(Some(slot))
     }
 
+    /// Hosted node `h` no longer routes to `peer` over `slot`.
+    pub(super) fn unroute(&mut self, h: usize, peer: NodeId, slot: usize) {
+        if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+            unroute(host, peer, slot);
+        }
+    }
+
     /// The connection in `slot` has not authenticated in time: close it.
     pub(super) fn handshake_overdue(&mut self, slot: usize) -> Result<(), EngineError> {
         let pending = self.conns.get(slot).is_some_and(|c| c.peer.is_none());
@@ -654,6 +665,13 @@ where
         }
         let why = ConnError::HandshakeTimeout(self.cfg.options.handshake_timeout.as_millis());
         self.close(slot, why)
+    }
+}
+
+/// `host` no longer routes to `peer` over `slot` (a route over another connection stays).
+fn unroute<P>(host: &mut super::hosts::Host<P>, peer: NodeId, slot: usize) {
+    if host.route.get(&peer) == Some(&slot) {
+        host.route.remove(&peer);
     }
 }
 

@@ -12,9 +12,10 @@
 //! what the node sends that peer waits here, and goes on a new connection (or one the peer
 //! opened) only once the old one is closed, that is once the peer has read all of it.
 //!
-//! A peer that fails during the goodbye is not suspected by the close (it looks like the
-//! end of a release); the next message to it dials, and that dial's refusal is the
-//! suspicion. A peer that hangs during it (no answer) holds at most [`HELD_MAX`] messages
+//! A release is clean only when the goodbyes were exchanged: the end that said it first closes
+//! on the peer's answer, the other on the end of the stream after its answer. A connection
+//! that ends otherwise (the peer killed before it answered, a reset) is a failure as any
+//! other, and its peer is suspected. A peer that hangs during it (no answer) holds at most [`HELD_MAX`] messages
 //! here; the next one closes the connection as stalled, and the peer is suspected.
 //!
 //! [`ReactorOptions::reconnect`]: crate::engine::ReactorOptions::reconnect
@@ -77,11 +78,7 @@ where
             .map(|s| &mut s.send);
         conn.out.push_bye(mac);
         let h = conn.host;
-        if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
-            if host.route.get(&peer) == Some(&slot) {
-                host.route.remove(&peer);
-            }
-        }
+        self.unroute(h, peer, slot);
         self.releasing.entry((h, peer)).or_default().closing += 1;
     }
 
