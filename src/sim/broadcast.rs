@@ -730,6 +730,39 @@ mod tests {
         assert!(o.violations.is_empty(), "{:?}", o.violations);
     }
 
+    /// A process welcomed by a root that no longer was one (it had hung and the others had
+    /// moved on under a newer term) speaks to the new root as a member; the new root never
+    /// numbered its SystemJoin and tells it it is out (seed 1153: n1 hangs, wakes as the root
+    /// of term 1 and welcomes n12 while n5 roots term 4; n12 then stalled at index 34).
+    #[test]
+    fn a_joiner_welcomed_by_a_stale_root_is_told_it_is_out() {
+        for seed in [1153, 14098, 3427, 102797] {
+            let o = run_one(seed, 20, false);
+            assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
+        }
+    }
+
+    /// A joiner whose SystemJoin died with the root that numbered it never hears the new
+    /// root's Sync (it is in nobody's table); the processes it speaks to name their term, it
+    /// follows it and is told it is out (seed 19072 through a follower; seed 29142 through a
+    /// root still syncing).
+    #[test]
+    fn a_joiner_left_under_an_old_term_learns_the_new_one() {
+        for seed in [19072, 29142] {
+            let o = run_one(seed, 20, false);
+            assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
+        }
+    }
+
+    /// Two processes that each removed the other (the root hung, its successor took over, the
+    /// root woke and removed it back) no longer only tell each other "you are out": the one
+    /// under the newer term wins (seed 115576: two roots numbered indices 5 and 6 apart).
+    #[test]
+    fn of_two_that_removed_each_other_the_newer_term_wins() {
+        let o = run_one(115576, 20, false);
+        assert!(o.violations.is_empty(), "{:?}", o.violations);
+    }
+
     /// The checker finds what it is for: a survivor's history with a swapped pair, a hole, a
     /// duplicate and an unconfirmed loss are each caught.
     #[test]

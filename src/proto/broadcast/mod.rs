@@ -20,7 +20,11 @@
 //!
 //! Processes fail by stopping (crash-stop). A process that is suspected is removed from the
 //! table and must not come back under the same incarnation: if it was only slow, the first
-//! message it sends after its removal gets it told, and it stops ([`OrderEvent::Gone`]).
+//! message it sends after its removal gets it told, and it stops ([`OrderEvent::Gone`]). A
+//! slow root may, before it learns it was replaced, still welcome joiners: their SystemJoin
+//! is in its lost tail, and the first process of the new term they speak to tells them so
+//! (the active root: "you are out"; anyone else: its term, which leads them to that root).
+//! Two processes that removed each other settle by the term: the one under the older stops.
 //! Channels are reliable and FIFO while both ends live.
 //!
 //! - **Total order.** Every process delivers broadcasts in BI order, without gaps or
@@ -623,13 +627,29 @@ impl Broadcast {
             hb.heard(self.now, from);
         }
         // A process removed from the table (only slow, if it still talks) is told so once.
+        // Unless it speaks under a newer term: then this process is the one left behind (it
+        // was the slow one), and the term decides.
         if self.is_member()
             && self.suspected.contains(&from)
             && !self.log.table().is_live(from)
             && !matches!(msg, OrderMsg::Join { .. })
+            && msg.term().is_none_or(|t| t <= self.term)
         {
             out.send(from, self.failed(from));
             return;
+        }
+        // One that speaks as a member but is not in the table: a root that no longer was one
+        // may have welcomed it, its SystemJoin lost with that root's tail. The active root's
+        // table is the authority: it is told it is out. Another table may only lag behind a
+        // join (a syncing root's too, until it fetched), so it just names its term: a process
+        // left behind under an old term adopts the new one and talks to its root, which tells
+        // it.
+        if self.is_member() && self.log.table().slot(from).is_none() && msg.claims_membership() {
+            if let Role::Active(_) = self.role {
+                out.send(from, self.failed(from));
+                return;
+            }
+            out.send(from, OrderMsg::Redirect { term: self.term });
         }
         match msg {
             OrderMsg::Request { inc, seq, body } => self.on_request(from, inc, seq, body, out),

@@ -225,6 +225,33 @@ impl super::super::Message for OrderMsg {
     }
 }
 
+impl OrderMsg {
+    /// The term the message was sent under, when it names one.
+    pub fn term(&self) -> Option<Term> {
+        match self {
+            OrderMsg::Bcast { via: term, .. }
+            | OrderMsg::Have { term, .. }
+            | OrderMsg::Adopt { term, .. }
+            | OrderMsg::Sync { term, .. }
+            | OrderMsg::Synced { term, .. }
+            | OrderMsg::Redirect { term } => Some(*term),
+            _ => None,
+        }
+    }
+
+    /// Only a member sends this: its sender says it delivers in the table's order.
+    pub fn claims_membership(&self) -> bool {
+        match self {
+            OrderMsg::Request { .. }
+            | OrderMsg::Ack { .. }
+            | OrderMsg::Have { .. }
+            | OrderMsg::Failed { .. } => true,
+            OrderMsg::Synced { next, .. } => *next > 0,
+            _ => false,
+        }
+    }
+}
+
 impl From<Beat> for OrderMsg {
     fn from(b: Beat) -> Self {
         OrderMsg::Beat(b)
