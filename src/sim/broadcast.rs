@@ -734,9 +734,11 @@ mod tests {
     /// moved on under a newer term) speaks to the new root as a member; the new root never
     /// numbered its SystemJoin and tells it it is out (seed 1153: n1 hangs, wakes as the root
     /// of term 1 and welcomes n12 while n5 roots term 4; n12 then stalled at index 34).
+    /// (Seed 279520: the joiner had delivered its own SystemJoin at the index the new root
+    /// had reached, and took "you failed" for news of an earlier life.)
     #[test]
     fn a_joiner_welcomed_by_a_stale_root_is_told_it_is_out() {
-        for seed in [1153, 14098, 3427, 102797] {
+        for seed in [1153, 14098, 3427, 102797, 279520] {
             let o = run_one(seed, 20, false);
             assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
         }
@@ -752,6 +754,14 @@ mod tests {
             let o = run_one(seed, 20, false);
             assert!(o.violations.is_empty(), "seed {seed}: {:?}", o.violations);
         }
+    }
+
+    /// A joiner whose contacts all left or failed (its Join was passed on to a root that
+    /// died) stops instead of asking them forever (seed 208729 never settled).
+    #[test]
+    fn a_joiner_without_a_live_contact_stops() {
+        let o = run_one(208729, 20, false);
+        assert!(o.violations.is_empty(), "{:?}", o.violations);
     }
 
     /// Two processes that each removed the other (the root hung, its successor took over, the

@@ -330,6 +330,17 @@ impl Broadcast {
         self.progressed(out);
     }
 
+    /// The active root of `term` never let this process in: its welcome came from a root
+    /// that had been replaced, and its SystemJoin is in that root's lost tail. Unlike
+    /// `Failed`, this holds whatever index the root is at (its indices are not this
+    /// process's). A joiner still waiting for its welcome, or a member of a newer term,
+    /// ignores it.
+    pub(super) fn on_out(&mut self, term: Term, out: &mut Outbox<OrderMsg>) {
+        if self.is_member() && term >= self.term {
+            self.gone(false, out);
+        }
+    }
+
     /// A redirect names the term some process follows.
     pub(super) fn on_redirect(&mut self, term: Term, out: &mut Outbox<OrderMsg>) {
         if let Status::Joining(_) = self.status {

@@ -10,7 +10,8 @@ use crate::NodeId;
 
 impl Broadcast {
     /// A new process outside the system: it asks `contacts` in turn (one per retry interval)
-    /// to let it in. `inc` tells its lives apart (a restart takes a new one).
+    /// to let it in; once every contact is suspected it stops ([`OrderEvent::Gone`]).
+    /// `inc` tells its lives apart (a restart takes a new one).
     pub fn joiner(me: NodeId, contacts: Vec<NodeId>, cfg: BroadcastConfig, inc: u64) -> Self {
         let lazy = cfg.lazy;
         Self::blank(
@@ -56,6 +57,11 @@ impl Broadcast {
             return;
         };
         if j.contacts.is_empty() {
+            return;
+        }
+        if j.contacts.iter().all(|c| self.suspected.contains(c)) {
+            // Every contact failed or left: nobody can let this process in.
+            self.gone(false, out);
             return;
         }
         let to = j.contacts[j.next % j.contacts.len()];

@@ -646,7 +646,7 @@ impl Broadcast {
         // it.
         if self.is_member() && self.log.table().slot(from).is_none() && msg.claims_membership() {
             if let Role::Active(_) = self.role {
-                out.send(from, self.failed(from));
+                out.send(from, OrderMsg::Out { term: self.term });
                 return;
             }
             out.send(from, OrderMsg::Redirect { term: self.term });
@@ -665,6 +665,7 @@ impl Broadcast {
             OrderMsg::Join { id, inc, have } => self.on_join(id, inc, have, out),
             OrderMsg::Leave { id } => self.on_leave(id, out),
             OrderMsg::Redirect { term } => self.on_redirect(term, out),
+            OrderMsg::Out { term } => self.on_out(term, out),
             OrderMsg::Welcome(s) => self.on_welcome(*s, out),
             OrderMsg::Flood {
                 origin,

@@ -194,6 +194,12 @@ mod wire_form {
             /// The term.
             term: Term,
         },
+        /// Active root → a process that speaks as a member but is not in its table (a root
+        /// that had been replaced welcomed it): you are not in the table of `term`, stop.
+        Out {
+            /// The root's term.
+            term: Term,
+        },
         /// Root → joiner: welcome, start from this state.
         Welcome(Box<Snapshot>),
         /// A broadcast without total order, down the tree rooted at its origin (section 6.1).
@@ -234,7 +240,8 @@ impl OrderMsg {
             | OrderMsg::Adopt { term, .. }
             | OrderMsg::Sync { term, .. }
             | OrderMsg::Synced { term, .. }
-            | OrderMsg::Redirect { term } => Some(*term),
+            | OrderMsg::Redirect { term }
+            | OrderMsg::Out { term } => Some(*term),
             _ => None,
         }
     }
