@@ -3,10 +3,11 @@
 use super::values::{IdaModeArg, KernelArg};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use weft::bench::ida::{measure, memcpy, BenchRow, CONFIGS, SIZES};
-use weft::ida::{reconstruct, Dispersal, IdaError, Kernel, Mode, Piece};
+use weft::ida::dir::{scan, write_pieces, DirError};
+use weft::ida::{Dispersal, Kernel, Mode};
 
 /// `weft ida ...`
 #[derive(Subcommand, Debug)]
@@ -33,9 +34,12 @@ pub struct DisperseArgs {
     /// Rabin (every piece a combination) or systematic (pieces 0..m hold the data).
     #[arg(long, value_enum, default_value = "rabin")]
     mode: IdaModeArg,
-    /// Directory for the pieces (created if missing).
+    /// Directory for the pieces (created if missing; refused if it holds pieces already).
     #[arg(short, long)]
     out: PathBuf,
+    /// Remove the pieces the directory already holds, once the new ones are written.
+    #[arg(long)]
+    replace: bool,
 }
 
 /// Arguments of `weft ida reconstruct`.
@@ -46,6 +50,18 @@ pub struct ReconstructArgs {
     /// Where to write the rebuilt file.
     #[arg(short, long)]
     out: PathBuf,
+    /// When pieces of several files lie there: the one whose SHA-256 starts with this (hex).
+    #[arg(long, value_parser = sha_prefix)]
+    file_sha: Option<String>,
+}
+
+fn sha_prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 64 || !s.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{s:?} is not a SHA-256 prefix (1 to 64 hex digits)"
+        ));
+    }
+    Ok(s.to_ascii_lowercase())
 }
 
 /// Arguments of `weft ida bench`.
@@ -75,13 +91,11 @@ fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
     let data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let mode: Mode = a.mode.into();
     let d = Dispersal::new(a.n, a.m, mode)?;
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let pieces = d.disperse(&data);
-    for p in &pieces {
-        let path = a.out.join(format!("piece-{:03}", p.header.index));
-        std::fs::write(&path, p.to_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    match write_pieces(&a.out, &pieces, a.replace) {
+        Err(e @ DirError::HoldsPieces { .. }) => bail!("{e} (--replace)"),
+        r => r?,
+    };
     say!(
         "{}: {} bytes -> {} pieces of {} bytes in {} ({} mode, any {} rebuild it, kernel {})",
         a.file.display(),
@@ -96,53 +110,33 @@ fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Read every `piece-*` file of `dir`; invalid ones are reported and skipped.
-fn read_pieces(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Piece)>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
+fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
+    let found = scan(&a.dir)?;
+    for s in &found.skipped {
+        eprintln!("skipping {}: {}", s.path.display(), s.why);
+    }
+    let r = found.rebuild(&a.dir, a.file_sha.as_deref())?;
+    for s in &r.skipped {
+        eprintln!("skipping {}: {}", s.path.display(), s.why);
+    }
+    std::fs::write(&a.out, &r.data).with_context(|| format!("writing {}", a.out.display()))?;
+    let used: Vec<String> = r
+        .used
+        .iter()
+        .map(|p| {
             p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("piece-"))
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
         })
         .collect();
-    paths.sort();
-    let mut pieces = Vec::new();
-    for path in paths {
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        match Piece::from_bytes(&bytes) {
-            Ok(p) => pieces.push((path, p)),
-            Err(e) => eprintln!("skipping {}: {e}", path.display()),
-        }
-    }
-    Ok(pieces)
-}
-
-fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
-    let found = read_pieces(&a.dir)?;
-    if found.is_empty() {
-        bail!("0 valid pieces in {}, at least 1 needed", a.dir.display());
-    }
-    // Every valid piece must come from one dispersal of one file; mixing is refused.
-    let pieces: Vec<Piece> = found.iter().map(|(_, p)| p.clone()).collect();
-    let m = pieces[0].header.m as usize;
-    let data = match reconstruct(&pieces) {
-        Ok(d) => d,
-        Err(e @ IdaError::TooFewPieces { .. }) => bail!("{e} in {}", a.dir.display()),
-        Err(e) => return Err(e.into()),
-    };
-    std::fs::write(&a.out, &data).with_context(|| format!("writing {}", a.out.display()))?;
-    let mut used: Vec<u8> = pieces.iter().map(|p| p.header.index).collect();
-    used.sort_unstable();
-    used.truncate(m);
     say!(
-        "{}: {} bytes rebuilt from pieces {:?} ({} found, {} needed), SHA-256 verified",
+        "{}: {} bytes rebuilt from {} ({} spare, {} subset(s) tried), SHA-256 verified",
         a.out.display(),
-        data.len(),
-        used,
-        pieces.len(),
-        m
+        r.data.len(),
+        used.join(", "),
+        r.spare,
+        r.subsets_tried
     );
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! paper (Kontogiannis et al., section 3.5.3): a file is cut into `n` pieces of `|F|/m` bytes,
 //! any `m` of which rebuild it.
 
+pub mod dir;
 pub mod dispersal;
 pub mod gf256;
 #[cfg(feature = "isal")]

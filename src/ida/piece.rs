@@ -4,34 +4,45 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "WEFTIDA1"
-//!      8     4  header length H (u32, little endian)
-//!     12     4  zero
+//!      8     4  header length H (u32, little endian); 64 in versions 1 and 2
+//!     12     4  header CRC: CRC-32C of the H header bytes (u32 LE); zero in version 1
 //!     16     H  header: an rkyv 0.8 archive of `PieceHeader` (layout below)
-//!   16+H     …  zero padding to a multiple of 16
-//!      B     L  body: the piece's L = ceil(file_len / m) bytes
+//!   16+H     …  zero padding to a multiple of 16 (none for H = 64)
+//!      B     L  body: the piece's L = ceil(file_len / m) bytes, B = 16 + H rounded up to 16
 //! ```
 //!
 //! The archived header is a C-layout struct, all integers little endian, at the start of the
 //! header bytes (rkyv places the root last; this struct has no out-of-line data, so it is the
-//! whole archive):
+//! whole archive and H = 64):
 //!
 //! ```text
 //!  0  u64  file_len      bytes of the original file
 //!  8  u64  piece_len     L
 //! 16  [32] file_sha256   SHA-256 of the original file
-//! 48  u32  body_crc32c   CRC-32C (Castagnoli) of the body
-//! 52  u16  version       1
+//! 48  u32  body_crc32c   CRC-32C of the body
+//! 52  u16  version       2 (1: no header CRC, still read)
 //! 54  u8   mode          0 = rabin, 1 = systematic
 //! 55  u8   n
 //! 56  u8   m
 //! 57  u8   index         0..n
-//! 58  [6]  padding (struct alignment 8)
+//! 58  [6]  padding (struct alignment 8), zero
 //! ```
 //!
-//! To rebuild without weft: take any `m` pieces with the same `file_sha256`, build the `n × m`
-//! matrix of [`super::dispersal`] for `mode`, keep the rows of the pieces' indices, invert that
-//! `m × m` matrix over GF(2^8) mod 0x11d, multiply it by the bodies (as rows) to get the `m`
-//! chunks, concatenate, truncate to `file_len`, and check the SHA-256.
+//! Both CRCs are CRC-32C (Castagnoli: polynomial 0x1EDC6F41, reflected, initial value and
+//! final XOR 0xFFFFFFFF; "123456789" gives 0xE3069283). A reader checks, in order: magic, H
+//! (only 64 is allowed), the header CRC (a version-1 piece has zero there and version 1 in its
+//! header), the header's fields (1 <= m <= n, index < n, L = ceil(file_len / m), a known
+//! mode), the body length and the body CRC.
+//!
+//! To rebuild without weft: take any `m` pieces with the same `file_sha256`, `file_len`, `n`,
+//! `m` and `mode` and distinct indices. Build the `n × m` matrix of [`super::dispersal`] for
+//! `mode` over GF(2^8) with the polynomial 0x11d (x^8 + x^4 + x^3 + x^2 + 1; addition is
+//! XOR): Rabin mode is the Vandermonde matrix `A[i][j] = (i + 1)^j`; systematic mode is the
+//! identity on rows `0..m` and, below it, the Cauchy matrix `A[m + i][j] = 1 / ((m + i) XOR
+//! j)`. Keep the rows of the pieces' indices, invert that `m × m` matrix,
+//! and multiply it by the bodies (as `m` rows of L bytes) to get `m` chunks of L bytes. The
+//! file is the chunks concatenated (chunk `j` holds bytes `j·L .. (j+1)·L`, the last padded
+//! with zeros by the encoder), truncated to `file_len`; check its SHA-256.
 
 use super::{Dispersal, IdaError, Mode};
 use rkyv::rancor::BoxedError;
@@ -41,9 +52,13 @@ use sha2::{Digest, Sha256};
 
 /// Magic bytes at the start of every piece.
 pub const MAGIC: &[u8; 8] = b"WEFTIDA1";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this code writes (it reads this one and version 1).
+pub const VERSION: u16 = 2;
+/// The first version, without a header CRC.
+const VERSION_1: u16 = 1;
 const PRELUDE: usize = 16;
+/// The only header length versions 1 and 2 have: the archived `PieceHeader`.
+pub const HEADER_LEN: usize = 64;
 
 /// What a piece says about itself.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -105,35 +120,60 @@ impl Piece {
         let mut out = Vec::with_capacity(body_at + self.body.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
+        let header_crc = if self.header.version == VERSION_1 {
+            0
+        } else {
+            crc32c::crc32c(&header)
+        };
+        out.extend_from_slice(&header_crc.to_le_bytes());
         out.extend_from_slice(&header);
         out.resize(body_at, 0);
         out.extend_from_slice(&self.body);
         out
     }
 
-    /// Parse and check a piece: magic, header (validated by rkyv before use), version, fields,
-    /// body length and CRC. Every failure is an error naming what is wrong.
+    /// Parse and check a piece: magic, header length and CRC, header (validated by rkyv
+    /// before use), version, fields, body length and CRC. Every failure is an error naming
+    /// what is wrong.
     pub fn from_bytes(bytes: &[u8]) -> Result<Piece, IdaError> {
         if bytes.len() < PRELUDE || &bytes[..8] != MAGIC {
             return Err(IdaError::BadMagic);
         }
-        let hlen = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize;
+        let word = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        let hlen = word(8) as usize;
         let body_at = (PRELUDE + hlen).div_ceil(16) * 16;
-        if hlen > 4096 || bytes.len() < body_at {
+        if hlen != HEADER_LEN {
             return Err(IdaError::BadHeader(format!(
-                "header length {hlen} does not fit"
+                "header length {hlen}, not {HEADER_LEN}"
             )));
+        }
+        if bytes.len() < body_at {
+            return Err(IdaError::BadHeader(
+                "the file ends inside the header".into(),
+            ));
+        }
+        let raw = &bytes[PRELUDE..PRELUDE + hlen];
+        let stored_crc = word(12);
+        let crc_ok = stored_crc == crc32c::crc32c(raw);
+        if !crc_ok && stored_crc != 0 {
+            return Err(IdaError::BadHeader("header CRC-32C mismatch".into()));
         }
         // rkyv reads in place from an aligned buffer; the header is small, so copy it.
         let mut aligned = AlignedVec::<16>::with_capacity(hlen);
-        aligned.extend_from_slice(&bytes[PRELUDE..PRELUDE + hlen]);
+        aligned.extend_from_slice(raw);
         let archived = rkyv::access::<ArchivedPieceHeader, BoxedError>(&aligned)
             .map_err(|e| IdaError::BadHeader(e.to_string()))?;
         let header: PieceHeader = rkyv::deserialize::<PieceHeader, BoxedError>(archived)
             .map_err(|e| IdaError::BadHeader(e.to_string()))?;
-        if header.version != VERSION {
-            return Err(IdaError::BadVersion(header.version));
+        match header.version {
+            VERSION if crc_ok => {}
+            // Zero where the CRC goes: only a version-1 piece has no header CRC.
+            VERSION => return Err(IdaError::BadHeader("header CRC-32C mismatch".into())),
+            VERSION_1 if stored_crc == 0 => {}
+            VERSION_1 => return Err(IdaError::BadHeader("version 1 has no header CRC".into())),
+            other => return Err(IdaError::BadVersion(other)),
         }
         header.mode()?;
         let (n, m) = (header.n as usize, header.m as usize);
@@ -288,6 +328,50 @@ mod tests {
         let hlen = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
         assert_eq!(hlen, 64);
         assert_eq!(&b[80..], pieces[5].body.as_slice());
+    }
+
+    /// A damaged header is caught by its own CRC before any field is believed: a flipped
+    /// index would otherwise pass for another piece (and only the file checksum would catch
+    /// it). A version-1 piece (no header CRC) still reads; the CRC is the documented one.
+    #[test]
+    fn the_header_has_its_own_checksum() {
+        let (data, pieces) = sample();
+        let good = pieces[6].to_bytes();
+        assert_eq!(
+            u32::from_le_bytes(good[12..16].try_into().unwrap()),
+            crc32c::crc32c(&good[16..80])
+        );
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+        let mut b = good.clone();
+        b[16 + 57] = 5; // index 6 -> 5
+        assert_eq!(
+            Piece::from_bytes(&b),
+            Err(IdaError::BadHeader("header CRC-32C mismatch".into()))
+        );
+        // Zero where the CRC goes, on a version-2 header: refused, not read as version 1.
+        let mut b = good.clone();
+        b[12..16].fill(0);
+        assert!(matches!(Piece::from_bytes(&b), Err(IdaError::BadHeader(_))));
+        // Another header length.
+        let mut b = good.clone();
+        b[8] = 65;
+        assert!(matches!(Piece::from_bytes(&b), Err(IdaError::BadHeader(_))));
+        // Version 1, as weft wrote it before the header CRC.
+        let old: Vec<Piece> = pieces
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                p.header.version = 1;
+                p
+            })
+            .collect();
+        let bytes = old[2].to_bytes();
+        assert_eq!(&bytes[12..16], &[0; 4]);
+        let parsed: Vec<Piece> = old
+            .iter()
+            .map(|p| Piece::from_bytes(&p.to_bytes()).unwrap())
+            .collect();
+        assert_eq!(reconstruct(&parsed[..4]).unwrap(), data);
     }
 
     #[test]

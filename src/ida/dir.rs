@@ -1,0 +1,577 @@
+//! Piece directories as users leave them. A rebuild finds one file's pieces among whatever
+//! else lies in the directory (damaged pieces, copies under other names, pieces of other files
+//! or of older dispersals, subdirectories, junk), names every file it passed over and why,
+//! and tries other subsets of pieces when a rebuilt file fails its SHA-256. A dispersal never
+//! leaves its pieces mixed with another's.
+
+use super::piece::MAGIC;
+use super::{reconstruct, Mode, Piece};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Subsets of `m` pieces a rebuild tries before it gives up: each decodes the whole file, and
+/// a piece that passes both its CRCs yet is wrong was altered on purpose, so more tries only
+/// help against a few such pieces.
+pub const MAX_SUBSETS: usize = 64;
+
+/// Why a directory gave no file.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// The directory or a piece could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// What was being read or written.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Not one valid piece.
+    #[error("0 valid pieces in {}, at least 1 needed", .0.display())]
+    NoPieces(PathBuf),
+    /// No file has enough pieces: the closest is named.
+    #[error("too few pieces: {0}")]
+    TooFew(String),
+    /// Several files can be rebuilt from what lies there.
+    #[error(
+        "pieces of {} files lie there, each complete: {}; name one with --file-sha",
+        .0.len(),
+        .0.join("; ")
+    )]
+    Ambiguous(Vec<String>),
+    /// `--file-sha` matches no file, or more than one.
+    #[error("no single file's SHA-256 starts with {want}: {files}")]
+    NoSuchFile {
+        /// The prefix asked for.
+        want: String,
+        /// The files there are.
+        files: String,
+    },
+    /// Every subset tried rebuilt something that fails the file's SHA-256.
+    #[error(
+        "{tried} subsets of {m} pieces each rebuilt bytes that fail the file's SHA-256: \
+         pieces were altered (with their CRCs)"
+    )]
+    Altered {
+        /// Subsets tried.
+        tried: usize,
+        /// Pieces per subset.
+        m: usize,
+    },
+    /// `disperse` into a directory that already holds pieces.
+    #[error(
+        "{} already holds {} piece file(s) ({}); choose an empty directory or replace them",
+        dir.display(),
+        paths.len(),
+        list(paths)
+    )]
+    HoldsPieces {
+        /// The directory.
+        dir: PathBuf,
+        /// The pieces found there.
+        paths: Vec<PathBuf>,
+    },
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    let mut names: Vec<String> = paths
+        .iter()
+        .take(4)
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    if paths.len() > 4 {
+        names.push(format!("and {} more", paths.len() - 4));
+    }
+    names.join(", ")
+}
+
+/// A file passed over, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub why: String,
+}
+
+/// A valid piece and where it lies.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// Its file.
+    pub path: PathBuf,
+    /// The piece.
+    pub piece: Piece,
+}
+
+/// What a directory holds.
+#[derive(Clone, Debug, Default)]
+pub struct Scan {
+    /// Valid pieces, by file name.
+    pub pieces: Vec<Found>,
+    /// Everything else, with the reason.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A rebuilt file.
+#[derive(Clone, Debug)]
+pub struct Rebuilt {
+    /// Its bytes (their SHA-256 checked).
+    pub data: Vec<u8>,
+    /// The `m` pieces it came from.
+    pub used: Vec<PathBuf>,
+    /// Valid pieces passed over: other files, other dispersals, copies.
+    pub skipped: Vec<Skipped>,
+    /// Valid pieces of the same dispersal that were not needed.
+    pub spare: usize,
+    /// Subsets of `m` pieces decoded (1 unless pieces were altered).
+    pub subsets_tried: usize,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DirError + '_ {
+    move |source| DirError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Read every entry of `dir` (not its subdirectories): valid pieces, and the rest with why.
+pub fn scan(dir: &Path) -> Result<Scan, DirError> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .map(|e| e.map(|e| e.path()).map_err(io(dir)))
+        .collect::<Result<_, _>>()?;
+    paths.sort();
+    let mut scan = Scan::default();
+    for path in paths {
+        let why = match std::fs::metadata(&path) {
+            Err(e) => format!("unreadable: {e}"),
+            Ok(m) if m.is_dir() => "a directory (not searched)".into(),
+            Ok(m) if !m.is_file() => "not a regular file".into(),
+            Ok(_) => match std::fs::read(&path) {
+                Err(e) => format!("unreadable: {e}"),
+                Ok(bytes) => match Piece::from_bytes(&bytes) {
+                    Ok(piece) => {
+                        scan.pieces.push(Found { path, piece });
+                        continue;
+                    }
+                    Err(e) => e.to_string(),
+                },
+            },
+        };
+        scan.skipped.push(Skipped { path, why });
+    }
+    Ok(scan)
+}
+
+/// A dispersal's parameters as pieces carry them: n, m, mode byte.
+type Params = (u8, u8, u8);
+
+/// The pieces of one file (same SHA-256 and length).
+struct FileGroup<'a> {
+    sha: [u8; 32],
+    len: u64,
+    /// By dispersal parameters (n, m, mode byte).
+    dispersals: BTreeMap<Params, Vec<&'a Found>>,
+}
+
+impl FileGroup<'_> {
+    fn name(&self) -> String {
+        format!("{} ({} bytes)", hex8(&self.sha), self.len)
+    }
+
+    /// Distinct indices of the dispersal with the most, and its `m`.
+    fn best(&self) -> (usize, usize) {
+        self.dispersals
+            .iter()
+            .map(|(&(_, m, _), v)| (distinct_indices(v), m as usize))
+            .max_by_key(|&(have, m)| (have >= m, have as i64 - m as i64))
+            .unwrap_or((0, 1))
+    }
+
+    fn complete(&self) -> bool {
+        let (have, m) = self.best();
+        have >= m
+    }
+}
+
+fn hex8(sha: &[u8; 32]) -> String {
+    sha[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        + "…"
+}
+
+fn hex(sha: &[u8; 32]) -> String {
+    sha.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn distinct_indices(v: &[&Found]) -> usize {
+    let mut seen = [false; 256];
+    v.iter()
+        .filter(|f| !std::mem::replace(&mut seen[f.piece.header.index as usize], true))
+        .count()
+}
+
+fn mode_name(mode: u8) -> Mode {
+    match mode {
+        0 => Mode::Rabin,
+        _ => Mode::Systematic,
+    }
+}
+
+impl Scan {
+    /// Rebuild the one file the directory holds enough pieces of (or the one whose SHA-256
+    /// starts with `want`, hex). Only valid pieces take part; a subset whose result fails the
+    /// SHA-256 is replaced by another, up to [`MAX_SUBSETS`].
+    pub fn rebuild(&self, dir: &Path, want: Option<&str>) -> Result<Rebuilt, DirError> {
+        if self.pieces.is_empty() {
+            return Err(DirError::NoPieces(dir.to_path_buf()));
+        }
+        let mut files: Vec<FileGroup> = Vec::new();
+        for f in &self.pieces {
+            let h = &f.piece.header;
+            let at = match files
+                .iter()
+                .position(|g| g.sha == h.file_sha256 && g.len == h.file_len)
+            {
+                Some(at) => at,
+                None => {
+                    files.push(FileGroup {
+                        sha: h.file_sha256,
+                        len: h.file_len,
+                        dispersals: BTreeMap::new(),
+                    });
+                    files.len() - 1
+                }
+            };
+            files[at]
+                .dispersals
+                .entry((h.n, h.m, h.mode))
+                .or_default()
+                .push(f);
+        }
+        let chosen = choose(&files, want)?;
+        let file = &files[chosen];
+        let mut skipped: Vec<Skipped> = files
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != chosen)
+            .flat_map(|(_, g)| {
+                let why = format!("a piece of another file, {}", g.name());
+                g.dispersals.values().flatten().map(move |f| Skipped {
+                    path: f.path.clone(),
+                    why: why.clone(),
+                })
+            })
+            .collect();
+        // The dispersals of the chosen file, the one with the most spare pieces first.
+        let mut order: Vec<(&Params, &Vec<&Found>)> = file.dispersals.iter().collect();
+        order.sort_by_key(|(k, v)| std::cmp::Reverse(distinct_indices(v) as i64 - k.1 as i64));
+        let mut tried = 0;
+        let mut last_m = 0;
+        for &(&(n, m, mode), found) in &order {
+            let m = m as usize;
+            last_m = m;
+            let (candidates, copies) = dedup(found);
+            if distinct_indices(&candidates) < m {
+                continue;
+            }
+            let mut result = None;
+            each_subset(&candidates, m, &mut |subset| {
+                tried += 1;
+                let pieces: Vec<Piece> = subset.iter().map(|f| f.piece.clone()).collect();
+                match reconstruct(&pieces) {
+                    Ok(data) => {
+                        result = Some((data, subset.iter().map(|f| f.path.clone()).collect()));
+                        false
+                    }
+                    Err(_) => tried < MAX_SUBSETS,
+                }
+            });
+            let Some((data, used)) = result else {
+                if tried >= MAX_SUBSETS {
+                    break;
+                }
+                continue;
+            };
+            skipped.extend(copies);
+            for &(&(n2, m2, mode2), others) in
+                order.iter().filter(|(k, _)| **k != (n, m as u8, mode))
+            {
+                for f in others {
+                    skipped.push(Skipped {
+                        path: f.path.clone(),
+                        why: format!(
+                            "of another dispersal of this file (n = {n2}, m = {m2}, {}), not needed",
+                            mode_name(mode2)
+                        ),
+                    });
+                }
+            }
+            skipped.sort_by(|a, b| a.path.cmp(&b.path));
+            return Ok(Rebuilt {
+                spare: candidates.len() - m,
+                data,
+                used,
+                skipped,
+                subsets_tried: tried,
+            });
+        }
+        Err(DirError::Altered { tried, m: last_m })
+    }
+}
+
+/// The file to rebuild: the one `want` names, else the only complete one.
+fn choose(files: &[FileGroup], want: Option<&str>) -> Result<usize, DirError> {
+    let names = || {
+        files
+            .iter()
+            .map(|g| g.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(want) = want {
+        let want = want.to_ascii_lowercase();
+        let hits: Vec<usize> = (0..files.len())
+            .filter(|&i| hex(&files[i].sha).starts_with(&want))
+            .collect();
+        return match hits[..] {
+            [one] if files[one].complete() => Ok(one),
+            [one] => Err(too_few(&files[one])),
+            _ => Err(DirError::NoSuchFile {
+                want,
+                files: names(),
+            }),
+        };
+    }
+    let complete: Vec<usize> = (0..files.len()).filter(|&i| files[i].complete()).collect();
+    match complete[..] {
+        [one] => Ok(one),
+        [] => {
+            let closest = files
+                .iter()
+                .max_by(|a, b| {
+                    let (ha, ma) = a.best();
+                    let (hb, mb) = b.best();
+                    (ha as f64 / ma as f64).total_cmp(&(hb as f64 / mb as f64))
+                })
+                .expect("at least one file");
+            Err(too_few(closest))
+        }
+        _ => Err(DirError::Ambiguous(
+            complete
+                .iter()
+                .map(|&i| {
+                    let (have, m) = files[i].best();
+                    format!("{} from {have} pieces ({m} needed)", files[i].name())
+                })
+                .collect(),
+        )),
+    }
+}
+
+fn too_few(g: &FileGroup) -> DirError {
+    let (have, m) = g.best();
+    DirError::TooFew(format!(
+        "file {} has {have} distinct valid piece(s), {m} needed",
+        g.name()
+    ))
+}
+
+/// One piece per distinct (index, body); the copies, each named with what it copies.
+fn dedup<'a>(found: &[&'a Found]) -> (Vec<&'a Found>, Vec<Skipped>) {
+    // The copy under the name disperse gave it is the one kept.
+    let canonical = |f: &Found| {
+        f.path.file_name().and_then(|n| n.to_str())
+            != Some(format!("piece-{:03}", f.piece.header.index).as_str())
+    };
+    let mut found = found.to_vec();
+    found.sort_by_key(|f| canonical(f));
+    let mut keep: Vec<&Found> = Vec::new();
+    let mut copies = Vec::new();
+    for f in found {
+        match keep
+            .iter()
+            .find(|k| k.piece.header.index == f.piece.header.index && k.piece.body == f.piece.body)
+        {
+            Some(k) => copies.push(Skipped {
+                path: f.path.clone(),
+                why: format!("a copy of {}", k.path.display()),
+            }),
+            None => keep.push(f),
+        }
+    }
+    keep.sort_by_key(|f| f.piece.header.index);
+    (keep, copies)
+}
+
+/// Call `visit` with each choice of `m` candidates of distinct indices, lowest indices first
+/// (systematic data pieces decode fastest), until it returns false.
+fn each_subset<'a>(cands: &[&'a Found], m: usize, visit: &mut dyn FnMut(&[&'a Found]) -> bool) {
+    fn go<'a>(
+        cands: &[&'a Found],
+        m: usize,
+        from: usize,
+        chosen: &mut Vec<&'a Found>,
+        visit: &mut dyn FnMut(&[&'a Found]) -> bool,
+    ) -> bool {
+        if chosen.len() == m {
+            return visit(chosen);
+        }
+        for i in from..cands.len() {
+            if cands.len() - i < m - chosen.len() {
+                break;
+            }
+            let index = cands[i].piece.header.index;
+            if chosen.iter().any(|c| c.piece.header.index == index) {
+                continue;
+            }
+            chosen.push(cands[i]);
+            let more = go(cands, m, i + 1, chosen, visit);
+            chosen.pop();
+            if !more {
+                return false;
+            }
+        }
+        true
+    }
+    go(cands, m, 0, &mut Vec::with_capacity(m), visit);
+}
+
+/// Write `pieces` into `dir` as `piece-000`, `piece-001`, …. A directory that already holds
+/// pieces (files named `piece-*` or starting with the piece magic) is refused unless
+/// `replace`, and then those are removed once every new piece is written. New pieces are
+/// written under hidden names and renamed at the end, so a failed write leaves the directory
+/// as it was.
+pub fn write_pieces(dir: &Path, pieces: &[Piece], replace: bool) -> Result<Vec<PathBuf>, DirError> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let old = existing_pieces(dir)?;
+    if !old.is_empty() && !replace {
+        return Err(DirError::HoldsPieces {
+            dir: dir.to_path_buf(),
+            paths: old,
+        });
+    }
+    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        let name = format!("piece-{:03}", p.header.index);
+        let tmp = dir.join(format!(".{name}.partial"));
+        if let Err(e) = std::fs::write(&tmp, p.to_bytes()) {
+            let _ = std::fs::remove_file(&tmp);
+            for (t, _) in &staged {
+                let _ = std::fs::remove_file(t);
+            }
+            return Err(DirError::Io {
+                path: tmp,
+                source: e,
+            });
+        }
+        staged.push((tmp, dir.join(name)));
+    }
+    for path in &old {
+        std::fs::remove_file(path).map_err(io(path))?;
+    }
+    for (tmp, path) in &staged {
+        std::fs::rename(tmp, path).map_err(io(path))?;
+    }
+    Ok(staged.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Regular files of `dir` named `piece-*` or starting with the piece magic.
+fn existing_pieces(dir: &Path) -> Result<Vec<PathBuf>, DirError> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = e.map_err(io(dir))?.path();
+        if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("piece-"));
+        let mut head = [0u8; 8];
+        let magic = std::fs::File::open(&path)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .is_ok()
+            && &head == MAGIC;
+        if named || magic {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ida::Dispersal;
+
+    fn found(pieces: &[Piece], names: &[(&str, usize)]) -> Vec<Found> {
+        names
+            .iter()
+            .map(|&(name, i)| Found {
+                path: PathBuf::from(name),
+                piece: pieces[i].clone(),
+            })
+            .collect()
+    }
+
+    /// Subsets hold `m` distinct indices, come lowest first, and number C(k, m) when every
+    /// index is distinct; two bodies under one index never meet in a subset.
+    #[test]
+    fn subsets_are_distinct_indices_lowest_first() {
+        let pieces = Dispersal::new(6, 3, Mode::Rabin)
+            .unwrap()
+            .disperse(&[7; 99]);
+        let all = found(&pieces, &[("a", 0), ("b", 1), ("c", 2), ("d", 3), ("e", 4)]);
+        let refs: Vec<&Found> = all.iter().collect();
+        let mut seen = Vec::new();
+        each_subset(&refs, 3, &mut |s| {
+            seen.push(s.iter().map(|f| f.piece.header.index).collect::<Vec<_>>());
+            true
+        });
+        assert_eq!(seen.len(), 10);
+        assert_eq!(seen[0], [0, 1, 2]);
+        let mut other = pieces[1].clone();
+        other.body[0] ^= 1;
+        let mut twice = all.clone();
+        twice.insert(
+            2,
+            Found {
+                path: "b2".into(),
+                piece: other,
+            },
+        );
+        let refs: Vec<&Found> = twice.iter().collect();
+        let mut n = 0;
+        each_subset(&refs, 3, &mut |s| {
+            let mut ix: Vec<u8> = s.iter().map(|f| f.piece.header.index).collect();
+            ix.dedup();
+            assert_eq!(ix.len(), 3);
+            n += 1;
+            n < 5
+        });
+        assert_eq!(n, 5, "stops when told");
+    }
+
+    /// Copies are kept once, under the name `disperse` gave them.
+    #[test]
+    fn the_copy_kept_is_the_one_named_as_dispersed() {
+        let pieces = Dispersal::new(4, 2, Mode::Rabin).unwrap().disperse(b"abc");
+        let all = found(&pieces, &[("a copy", 1), ("piece-001", 1), ("x", 0)]);
+        let refs: Vec<&Found> = all.iter().collect();
+        let (keep, copies) = dedup(&refs);
+        assert_eq!(keep.len(), 2);
+        assert_eq!(keep[1].path, PathBuf::from("piece-001"));
+        assert_eq!(copies.len(), 1);
+        assert_eq!(copies[0].path, PathBuf::from("a copy"));
+        assert_eq!(copies[0].why, "a copy of piece-001");
+    }
+}
