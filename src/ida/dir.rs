@@ -19,12 +19,12 @@ pub const MAX_SUBSETS: usize = 64;
 #[derive(Debug, thiserror::Error)]
 pub enum DirError {
     /// The directory or a piece could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {err}", path.display())]
     Io {
         /// What was being read or written.
         path: PathBuf,
-        /// The error.
-        source: std::io::Error,
+        /// The error (in the message, so not a `source` printed twice).
+        err: std::io::Error,
     },
     /// Not one valid piece.
     #[error("0 valid pieces in {}, at least 1 needed", .0.display())]
@@ -133,9 +133,9 @@ pub struct Rebuilt {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DirError + '_ {
-    move |source| DirError::Io {
+    move |err| DirError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     }
 }
 
@@ -467,10 +467,7 @@ pub fn write_pieces(dir: &Path, pieces: &[Piece], replace: bool) -> Result<Vec<P
             for (t, _) in &staged {
                 let _ = std::fs::remove_file(t);
             }
-            return Err(DirError::Io {
-                path: tmp,
-                source: e,
-            });
+            return Err(DirError::Io { path: tmp, err: e });
         }
         staged.push((tmp, dir.join(name)));
     }
