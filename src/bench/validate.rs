@@ -58,7 +58,9 @@ pub struct ValidateRow {
     pub c_stab_us: Option<f64>,
     /// Base model, µs.
     pub base_us: f64,
-    /// Distance model (8×8×8 torus, XYZ), µs.
+    /// The torus of the distance model, `XxYxZ`.
+    pub torus: String,
+    /// Distance model (that torus, ranks in XYZ order), µs.
     pub distance_us: f64,
     /// Contention model, µs.
     pub contention_us: f64,
@@ -139,6 +141,7 @@ pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
             kill_gap: Duration::ZERO,
             label: cfg.fail.to_string(),
             net: NetKind::Constant,
+            torus: None,
             latency: Duration::from_micros(1),
             ocp: Duration::ZERO,
             send: Duration::ZERO,
@@ -169,14 +172,27 @@ pub fn measure_engine_at(nodes: u32, opts: &NodeOptions) -> Result<(f64, f64, u3
 }
 
 /// Validate at one N: parameters, the real sweep point, the three models.
-pub fn validate(cfg: &BenchConfig, repeat: u32) -> Result<ValidateRow, BenchError> {
+/// The distance model lays the ranks on `torus` (`None`: the smallest BG/L partition that
+/// holds them, [`Torus::partition`]).
+pub fn validate(
+    cfg: &BenchConfig,
+    repeat: u32,
+    torus: Option<Torus>,
+) -> Result<ValidateRow, BenchError> {
+    let torus = torus.unwrap_or_else(|| Torus::partition(cfg.nodes as u64));
+    if torus.size() < cfg.nodes as u64 {
+        return Err(BenchError::Config(format!(
+            "{} nodes do not fit on a {torus} torus",
+            cfg.nodes
+        )));
+    }
     let (l, c, cores) = measure_engine(cfg)?;
     let ocp = measure_ocp(cfg.nodes, cfg.radix, cfg.mode);
     let messages = count_messages(cfg, repeat).map_err(BenchError::Config)?;
     let report = bench::run(cfg, repeat, |_, _| {})?;
     let h = report.height;
     let base = latency::base(l, ocp, h);
-    let distance = latency::distance(l, ocp, cfg.nodes, cfg.radix, Torus::MIDPLANE);
+    let distance = latency::distance(l, ocp, cfg.nodes, cfg.radix, torus);
     let load = latency::Load {
         messages: messages.round() as u64,
         c_us: c,
@@ -203,6 +219,7 @@ pub fn validate(cfg: &BenchConfig, repeat: u32) -> Result<ValidateRow, BenchErro
         stab_cpu_us: report.cpu_mean_us,
         c_stab_us: report.cpu_mean_us.map(|c| c / messages.max(1.0)),
         base_us: base,
+        torus: torus.to_string(),
         distance_us: distance,
         contention_us: contention,
         base_err: latency::relative_error(base, m),

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use weft::bench::scenario::Fail;
 use weft::bench::validate::{validate, ValidateRow};
 use weft::rng::SimRng;
+use weft::topology::torus::Torus;
 
 /// Arguments of `weft model validate`.
 #[derive(Args, Debug)]
@@ -25,6 +26,10 @@ pub struct ValidateArgs {
     repeat: u32,
     #[command(flatten)]
     engine: super::EngineArgs,
+    /// The distance model's torus, XxYxZ (default: the smallest BG/L partition holding each
+    /// size: 8x8x8 up to 512, 8x8x16 for 1024, …).
+    #[arg(long)]
+    torus: Option<Torus>,
     /// Seed of the victims' choice.
     #[arg(long)]
     seed: Option<u64>,
@@ -46,6 +51,13 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         "--nodes-list: need at least one size"
     );
     checks::distinct("--nodes-list", &a.nodes_list)?;
+    if let (Some(t), Some(&n)) = (a.torus, a.nodes_list.iter().max()) {
+        anyhow::ensure!(
+            t.size() >= n as u64,
+            "--torus {t}: {n} nodes do not fit on its {} nodes",
+            t.size()
+        );
+    }
     let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
     for &n in &a.nodes_list {
         let cfg = a.tree.bench(n, a.fail.clone(), seed, &a.engine);
@@ -98,7 +110,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     );
     for &n in &a.nodes_list {
         let cfg = a.tree.bench(n, a.fail.clone(), seed, &a.engine);
-        let r = validate(&cfg, a.repeat)?;
+        let r = validate(&cfg, a.repeat, a.torus)?;
         bar.inc(1);
         if a.json {
             bar.suspend(|| say!("{}", serde_json::to_string(&r).unwrap_or_default()));
@@ -137,7 +149,16 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             Series::of("measured (mean, 99% CI)", &rows, n, |r| r.ts_mean_us)
                 .with_error(&rows, |r| r.ci99_us.unwrap_or(0.0)),
             Series::of("base model", &rows, n, |r| r.base_us),
-            Series::of("distance model (8x8x8 torus)", &rows, n, |r| r.distance_us),
+            Series::of(
+                &format!(
+                    "distance model ({} torus)",
+                    a.torus
+                        .map_or("BG/L partition".to_string(), |t| t.to_string())
+                ),
+                &rows,
+                n,
+                |r| r.distance_us,
+            ),
             Series::of("contention model", &rows, n, |r| r.contention_us),
         ];
         let title = format!(

@@ -7,6 +7,7 @@ use weft::bench::scenario;
 use weft::proto::membership::IdTree;
 use weft::rng::SimRng;
 use weft::sim::stabilize::{run as run_sim, StabilizeConfig};
+use weft::topology::torus::Torus;
 use weft::NodeId;
 
 /// Arguments of `weft sim stabilize`.
@@ -29,6 +30,10 @@ pub struct StabilizeArgs {
     /// Latency model.
     #[arg(long, value_enum, default_value = "constant")]
     net: NetArg,
+    /// The torus of `--net torus`, XxYxZ (default: the smallest BG/L partition holding the
+    /// processes: 8x8x8 up to 512, 8x8x16 for 1024, …).
+    #[arg(long)]
+    torus: Option<Torus>,
     /// L, per message (per hop on the torus). Default: BG/L's 4.6 µs.
     #[arg(long, default_value_t = 4.6)]
     latency_us: f64,
@@ -67,6 +72,9 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
     let batch = us("--batch-us", a.batch_us)?;
     let kill_gap = us("--kill-gap-us", a.kill_gap_us)?;
     let fail = a.fail.fail()?;
+    if a.torus.is_some() && !matches!(a.net, NetArg::Torus) {
+        anyhow::bail!("--torus shapes the distance model: it needs --net torus");
+    }
     let sizes = if a.nodes_list.is_empty() {
         vec![a.nodes]
     } else {
@@ -93,6 +101,7 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
             kill_gap,
             label: fail.to_string(),
             net: a.net.into(),
+            torus: a.torus,
             latency,
             ocp,
             send,
@@ -104,8 +113,13 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "weft sim stabilize: radix {}, {:?} tree, fail {fail}, {:?} network, L = {} µs, Ocp = {} µs, seed {seed}",
-            a.tree.radix, a.tree.mode(), a.net, a.latency_us, a.ocp_us
+            "weft sim stabilize: radix {}, {:?} tree, fail {fail}, {:?} network{}, L = {} µs, Ocp = {} µs, seed {seed}",
+            a.tree.radix,
+            a.tree.mode(),
+            a.net,
+            a.torus.map(|t| format!(" ({t})")).unwrap_or_default(),
+            a.latency_us,
+            a.ocp_us
         );
         say!(
             "{:>7} {:>3} {:>10} {:>12} {:>7} {:>7} {:>11} {:>10}",

@@ -69,7 +69,7 @@ value_enum! {
     NetArg => weft::sim::stabilize::NetKind {
         /// Base model: every message takes L.
         Constant,
-        /// Distance model: hops on 8×8×8 BG/L midplanes (XYZ order) × L.
+        /// Distance model: hops on a BG/L torus partition (XYZ order; --torus) × L.
         Torus,
         /// Constant L plus `send` CPU per message sent, so a parent's k-th child hears k × send
         /// later.

@@ -22,8 +22,8 @@ pub fn base(l_us: f64, ocp_us: f64, h: u32) -> f64 {
 }
 
 /// The distance model: `2·L·Σ_levels max hops + Ocp·H`, µs, for the radix-`a` tree over `n`
-/// ranks laid on `torus` in XYZ order (ranks beyond one torus wrap onto the next one, as the
-/// paper's two midplanes).
+/// ranks laid on `torus` in XYZ order ([`Torus::partition`] gives BG/L's shape for `n`; ranks
+/// beyond a torus too small would fold onto it, so callers refuse one).
 pub fn distance(l_us: f64, ocp_us: f64, n: u32, a: u32, torus: Torus) -> f64 {
     let Ok(t) = RadixTree::new(n, a) else {
         return f64::NAN;

@@ -17,7 +17,7 @@ use std::time::Duration;
 pub enum NetKind {
     /// Base model: every message takes L.
     Constant,
-    /// Distance model: hops on 8×8×8 BG/L midplanes (XYZ order) × L.
+    /// Distance model: hops on a BG/L torus partition (XYZ order) × L.
     Torus,
     /// Contention: constant L plus `send` CPU per message sent, so a parent's k-th child
     /// hears k × send later.
@@ -41,6 +41,9 @@ pub struct StabilizeConfig {
     pub label: String,
     /// Latency model.
     pub net: NetKind,
+    /// The torus of [`NetKind::Torus`] (`None`: the smallest BG/L partition holding the
+    /// processes, [`Torus::partition`]).
+    pub torus: Option<Torus>,
     /// L.
     pub latency: Duration,
     /// Ocp: CPU per handled message.
@@ -72,6 +75,8 @@ pub struct StabilizeRun {
     pub fail: String,
     /// Latency model.
     pub net: NetKind,
+    /// The torus shape of the distance model (`XxYxZ`), when it is the model.
+    pub torus: Option<String>,
     /// L in µs.
     pub latency_us: f64,
     /// Ocp in µs.
@@ -137,11 +142,15 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
     if cfg.victims.len() >= n as usize {
         return Err("every process fails: nobody is left to stabilize".into());
     }
+    let shape = cfg.torus.unwrap_or_else(|| Torus::partition(n as u64));
+    if cfg.net == NetKind::Torus && shape.size() < n as u64 {
+        return Err(format!("{n} processes do not fit on a {shape} torus"));
+    }
     let net = match cfg.net {
         NetKind::Constant | NetKind::Contention => Net::Constant { l: cfg.latency },
         NetKind::Torus => Net::Torus {
             l: cfg.latency,
-            torus: Torus::MIDPLANE,
+            torus: shape,
         },
     };
     let send = if cfg.net == NetKind::Contention {
@@ -239,6 +248,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         mode: cfg.mode,
         fail: cfg.label.clone(),
         net: cfg.net,
+        torus: (cfg.net == NetKind::Torus).then(|| shape.to_string()),
         latency_us: l,
         ocp_us: ocp,
         height,
@@ -267,6 +277,7 @@ mod tests {
             kill_gap: Duration::ZERO,
             label: "test".into(),
             net: NetKind::Constant,
+            torus: None,
             latency: Duration::from_micros(5),
             ocp: Duration::from_micros(2),
             send: Duration::from_micros(1),
@@ -303,6 +314,26 @@ mod tests {
                 paper.msgs
             );
         }
+    }
+
+    /// 1024 processes lie on two midplanes (8×8×16), not folded onto one: ranks 512 and up
+    /// are a midplane away, so Ts grows; a torus too small for the job is refused.
+    #[test]
+    fn a_job_past_one_midplane_spans_two() {
+        let on = |torus| StabilizeConfig {
+            net: NetKind::Torus,
+            torus,
+            ..cfg(1024, 4, &[5], TreeMode::Patch)
+        };
+        let two = run(&on(None)).unwrap();
+        assert_eq!(two.torus.as_deref(), Some("8x8x16"));
+        assert!(two.views_agree && two.stabilized);
+        let named = run(&on(Some(Torus::new(8, 8, 16).unwrap()))).unwrap();
+        assert_eq!(named.ts_us, two.ts_us);
+        let line = run(&on(Some(Torus::new(1024, 1, 1).unwrap()))).unwrap();
+        assert!(line.ts_us > two.ts_us, "{} vs {}", line.ts_us, two.ts_us);
+        let err = run(&on(Some(Torus::MIDPLANE))).unwrap_err();
+        assert!(err.contains("do not fit on a 8x8x8 torus"), "{err}");
     }
 
     #[test]

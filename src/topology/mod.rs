@@ -18,4 +18,7 @@ pub enum TopologyError {
     /// Every torus dimension must be at least 1.
     #[error("torus dimensions {0:?} must all be at least 1")]
     Torus([u32; 3]),
+    /// A torus shape that is not `XxYxZ` in positive integers (at most 2^32 nodes).
+    #[error("torus shape {0:?} is not XxYxZ, e.g. 8x8x16")]
+    TorusSpec(String),
 }

@@ -1,8 +1,8 @@
 //! The 3-D torus of BlueGene/L (ICS'06, section 6): coordinates of a rank and hop distance.
 //!
 //! Ranks are mapped to coordinates in XYZ order (x varies fastest), the default mapping of a
-//! BG/L partition; a midplane is 8×8×8. Every dimension wraps around, so the distance along one
-//! axis is the shorter way round.
+//! BG/L partition; a midplane is 8×8×8, and larger partitions join midplanes (8×8×16 is two).
+//! Every dimension wraps around, so the distance along one axis is the shorter way round.
 
 use super::TopologyError;
 use crate::Rank;
@@ -31,6 +31,19 @@ impl Torus {
             return Err(TopologyError::Torus([x, y, z]));
         }
         Ok(Self { dims: [x, y, z] })
+    }
+
+    /// The smallest BlueGene/L torus partition that holds `n` nodes: one midplane up to 512,
+    /// then each doubling doubles one dimension, z first (8×8×16 holds 1024 on two
+    /// midplanes, 8×16×16 2048, 16×16×16 4096, …).
+    pub fn partition(n: u64) -> Torus {
+        let mut t = Self::MIDPLANE;
+        let mut axis = 2;
+        while t.size() < n {
+            t.dims[axis] *= 2;
+            axis = (axis + 2) % 3;
+        }
+        t
     }
 
     /// Number of nodes.
@@ -75,6 +88,34 @@ impl Torus {
     }
 }
 
+impl std::str::FromStr for Torus {
+    type Err = TopologyError;
+
+    /// `XxYxZ`, e.g. `8x8x16`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || TopologyError::TorusSpec(s.to_string());
+        let dims: Vec<u32> = s
+            .split(['x', 'X'])
+            .map(|d| d.trim().parse::<u32>().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        let [x, y, z] = dims[..] else {
+            return Err(bad());
+        };
+        let t = Torus::new(x, y, z)?;
+        if t.size() > u32::MAX as u64 {
+            return Err(bad());
+        }
+        Ok(t)
+    }
+}
+
+impl std::fmt::Display for Torus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [x, y, z] = self.dims;
+        write!(f, "{x}x{y}x{z}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +129,47 @@ mod tests {
         assert_eq!(t.hops(Rank(0), Rank(4 + 8 * 4 + 64 * 4)), 12);
         assert_eq!(t.diameter(), 12);
         assert!(Torus::new(0, 8, 8).is_err());
+    }
+
+    /// 1024 ranks lie on two midplanes, not folded onto one: rank 512 is a z-neighbour of
+    /// rank 0's plane, not rank 0 itself.
+    #[test]
+    fn partitions_grow_by_midplanes() {
+        assert_eq!(Torus::partition(1), Torus::MIDPLANE);
+        assert_eq!(Torus::partition(512), Torus::MIDPLANE);
+        let two = Torus::partition(1024);
+        assert_eq!(two.dims, [8, 8, 16]);
+        assert_eq!(Torus::partition(513), two);
+        assert_eq!(Torus::partition(2048).dims, [8, 16, 16]);
+        assert_eq!(Torus::partition(4096).dims, [16, 16, 16]);
+        assert_eq!(Torus::partition(8192).dims, [16, 16, 32]);
+        assert_eq!(two.hops(Rank(0), Rank(512)), 8);
+        assert_eq!(
+            Torus::MIDPLANE.hops(Rank(0), Rank(512)),
+            0,
+            "one midplane folds"
+        );
+        assert_eq!(two.diameter(), 16);
+    }
+
+    #[test]
+    fn shapes_parse_and_print() {
+        let t: Torus = "8x8x16".parse().unwrap();
+        assert_eq!(t.dims, [8, 8, 16]);
+        assert_eq!(t.to_string(), "8x8x16");
+        assert_eq!("4X2X1".parse::<Torus>().unwrap().dims, [4, 2, 1]);
+        for bad in [
+            "",
+            "8x8",
+            "8x8x8x8",
+            "8xx8",
+            "0x8x8",
+            "ax8x8",
+            "-1x8x8",
+            "65536x65536x2",
+        ] {
+            assert!(bad.parse::<Torus>().is_err(), "{bad}");
+        }
     }
 
     proptest! {
