@@ -79,11 +79,7 @@ fn any_m_pieces_rebuild_the_file_in_both_modes() {
         // One more missing piece: a clear error, no output file.
         if m > 0 && n > m {
             std::fs::remove_file(pieces(&out_dir)[0].clone()).unwrap();
-            let bad = dir.join("bad.bin");
-            let o = weft(&["ida", "reconstruct", s(&out_dir), "-o", s(&bad)]);
-            assert!(!o.status.success());
-            assert!(String::from_utf8_lossy(&o.stderr).contains("needed"));
-            assert!(!bad.exists());
+            refused(&dir, &out_dir, "needed");
         }
     }
 }
@@ -286,10 +282,16 @@ fn an_altered_piece_with_good_crcs_is_outvoted() {
     // No spare: every subset holds the altered piece.
     std::fs::remove_file(p.join("piece-004")).unwrap();
     std::fs::remove_file(p.join("piece-005")).unwrap();
+    refused(&dir, &p, "pieces were altered");
+}
+
+/// `reconstruct` of `pieces` fails, says `why`, and writes no file.
+fn refused(dir: &Path, pieces: &Path, why: &str) {
     let bad = dir.join("bad.bin");
-    let o = weft(&["ida", "reconstruct", s(&p), "-o", s(&bad)]);
+    let o = weft(&["ida", "reconstruct", s(pieces), "-o", s(&bad)]);
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("pieces were altered"));
+    assert!(err.contains(why), "{err}");
     assert!(!bad.exists());
 }
 

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 use weft::bench::ida::{measure, memcpy, BenchRow, CONFIGS, SIZES};
-use weft::ida::dir::{scan, write_pieces, DirError};
+use weft::ida::dir::{name_of, scan, write_pieces, DirError};
 use weft::ida::{Dispersal, Kernel, Mode};
 
 /// `weft ida ...`
@@ -120,16 +120,7 @@ fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
         eprintln!("skipping {}: {}", s.path.display(), s.why);
     }
     std::fs::write(&a.out, &r.data).with_context(|| format!("writing {}", a.out.display()))?;
-    let used: Vec<String> = r
-        .used
-        .iter()
-        .map(|p| {
-            p.file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let used: Vec<String> = r.used.iter().map(|p| name_of(p)).collect();
     say!(
         "{}: {} bytes rebuilt from {} ({} spare, {} subset(s) tried), SHA-256 verified",
         a.out.display(),

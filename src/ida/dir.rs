@@ -73,17 +73,16 @@ pub enum DirError {
     },
 }
 
+/// A path's last component, as text: how pieces are named to the user.
+pub fn name_of(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
 fn list(paths: &[PathBuf]) -> String {
-    let mut names: Vec<String> = paths
-        .iter()
-        .take(4)
-        .map(|p| {
-            p.file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let mut names: Vec<String> = paths.iter().take(4).map(|p| name_of(p)).collect();
     if paths.len() > 4 {
         names.push(format!("and {} more", paths.len() - 4));
     }
