@@ -638,13 +638,13 @@ impl Broadcast {
             out.send(from, self.failed(from));
             return;
         }
-        // One that speaks as a member but is not in the table: a root that no longer was one
+        // One that speaks as a member but is not a live member of the table: a root that no longer was one
         // may have welcomed it, its SystemJoin lost with that root's tail. The active root's
         // table is the authority: it is told it is out. Another table may only lag behind a
         // join (a syncing root's too, until it fetched), so it just names its term: a process
         // left behind under an old term adopts the new one and talks to its root, which tells
         // it.
-        if self.is_member() && self.log.table().slot(from).is_none() && msg.claims_membership() {
+        if self.is_member() && msg.claims_membership() && !self.log.table().is_live(from) {
             if let Role::Active(_) = self.role {
                 out.send(from, OrderMsg::Out { term: self.term });
                 return;
