@@ -364,6 +364,17 @@ fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
+/// Every file of `dir` with its bytes.
+fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    pieces(dir)
+        .into_iter()
+        .map(|f| {
+            let b = std::fs::read(&f).unwrap();
+            (f, b)
+        })
+        .collect()
+}
+
 /// `disperse` into a directory that holds pieces refuses and changes nothing; with
 /// --replace, the old pieces are gone and only the new file's remain (other files stay).
 #[test]
@@ -375,13 +386,7 @@ fn disperse_never_leaves_a_mix() {
     disperse(&dir, "a.bin", &a, (6, 3), "rabin", &p);
     std::fs::copy(p.join("piece-005"), p.join("renamed")).unwrap();
     std::fs::write(p.join("notes.txt"), "mine").unwrap();
-    let before: Vec<(PathBuf, Vec<u8>)> = pieces(&p)
-        .into_iter()
-        .map(|f| {
-            let b = std::fs::read(&f).unwrap();
-            (f, b)
-        })
-        .collect();
+    let before = contents(&p);
     let file = dir.join("b.bin");
     std::fs::write(&file, &b).unwrap();
     let args = [
@@ -402,14 +407,7 @@ fn disperse_never_leaves_a_mix() {
         err.contains("already holds 7 piece file(s)") && err.contains("--replace"),
         "{err}"
     );
-    let after: Vec<(PathBuf, Vec<u8>)> = pieces(&p)
-        .into_iter()
-        .map(|f| {
-            let b = std::fs::read(&f).unwrap();
-            (f, b)
-        })
-        .collect();
-    assert_eq!(before, after);
+    assert_eq!(before, contents(&p));
     let o = weft(&[&args[..], &["--replace"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let names: Vec<String> = pieces(&p)

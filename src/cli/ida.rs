@@ -115,7 +115,7 @@ fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
     for s in &found.skipped {
         eprintln!("skipping {}: {}", s.path.display(), s.why);
     }
-    let r = found.rebuild(&a.dir, a.file_sha.as_deref())?;
+    let r = found.rebuild(a.file_sha.as_deref())?;
     for s in &r.skipped {
         eprintln!("skipping {}: {}", s.path.display(), s.why);
     }

@@ -110,6 +110,8 @@ pub struct Found {
 /// What a directory holds.
 #[derive(Clone, Debug, Default)]
 pub struct Scan {
+    /// The directory.
+    pub dir: PathBuf,
     /// Valid pieces, by file name.
     pub pieces: Vec<Found>,
     /// Everything else, with the reason.
@@ -145,7 +147,10 @@ pub fn scan(dir: &Path) -> Result<Scan, DirError> {
         .map(|e| e.map(|e| e.path()).map_err(io(dir)))
         .collect::<Result<_, _>>()?;
     paths.sort();
-    let mut scan = Scan::default();
+    let mut scan = Scan {
+        dir: dir.to_path_buf(),
+        ..Scan::default()
+    };
     for path in paths {
         let why = match std::fs::metadata(&path) {
             Err(e) => format!("unreadable: {e}"),
@@ -228,9 +233,9 @@ impl Scan {
     /// Rebuild the one file the directory holds enough pieces of (or the one whose SHA-256
     /// starts with `want`, hex). Only valid pieces take part; a subset whose result fails the
     /// SHA-256 is replaced by another, up to [`MAX_SUBSETS`].
-    pub fn rebuild(&self, dir: &Path, want: Option<&str>) -> Result<Rebuilt, DirError> {
+    pub fn rebuild(&self, want: Option<&str>) -> Result<Rebuilt, DirError> {
         if self.pieces.is_empty() {
-            return Err(DirError::NoPieces(dir.to_path_buf()));
+            return Err(DirError::NoPieces(self.dir.clone()));
         }
         let mut files: Vec<FileGroup> = Vec::new();
         for f in &self.pieces {
@@ -284,7 +289,7 @@ impl Scan {
             let mut result = None;
             each_subset(&candidates, m, &mut |subset| {
                 tried += 1;
-                let pieces: Vec<Piece> = subset.iter().map(|f| f.piece.clone()).collect();
+                let pieces: Vec<&Piece> = subset.iter().map(|f| &f.piece).collect();
                 match reconstruct(&pieces) {
                     Ok(data) => {
                         result = Some((data, subset.iter().map(|f| f.path.clone()).collect()));

@@ -49,6 +49,7 @@ use rkyv::rancor::BoxedError;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::borrow::Borrow;
 
 /// Magic bytes at the start of every piece.
 pub const MAGIC: &[u8; 8] = b"WEFTIDA1";
@@ -231,15 +232,17 @@ impl Dispersal {
     }
 }
 
-/// Rebuild a file from pieces (any `m` of one dispersal suffice; extra ones are ignored).
+/// Rebuild a file from pieces, owned or borrowed (any `m` of one dispersal suffice; extra
+/// ones are ignored).
 /// Pieces of different files or dispersals, duplicates and too few pieces are errors; the
 /// result's SHA-256 is checked, so the answer is the file or an error.
-pub fn reconstruct(pieces: &[Piece]) -> Result<Vec<u8>, IdaError> {
+pub fn reconstruct<P: Borrow<Piece>>(pieces: &[P]) -> Result<Vec<u8>, IdaError> {
     let first = pieces
         .first()
         .ok_or(IdaError::TooFewPieces { have: 0, need: 1 })?;
-    let h = &first.header;
+    let h = &first.borrow().header;
     for p in pieces {
+        let p = p.borrow();
         let q = &p.header;
         if q.file_sha256 != h.file_sha256 || q.file_len != h.file_len {
             return Err(IdaError::MixedFiles);
@@ -254,7 +257,7 @@ pub fn reconstruct(pieces: &[Piece]) -> Result<Vec<u8>, IdaError> {
     let d = Dispersal::new(h.n as usize, h.m as usize, h.mode()?)?;
     let given: Vec<(u8, &[u8])> = pieces
         .iter()
-        .map(|p| (p.header.index, p.body.as_slice()))
+        .map(|p| (p.borrow().header.index, p.borrow().body.as_slice()))
         .collect();
     let out = d.decode(&given, h.file_len as usize)?;
     let sha: [u8; 32] = Sha256::digest(&out).into();
