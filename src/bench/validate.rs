@@ -180,7 +180,7 @@ pub fn validate(
     torus: Option<Torus>,
 ) -> Result<ValidateRow, BenchError> {
     let torus = torus.unwrap_or_else(|| Torus::partition(cfg.nodes as u64));
-    if torus.size() < cfg.nodes as u64 {
+    if !torus.holds(cfg.nodes as u64) {
         return Err(BenchError::Config(format!(
             "{} nodes do not fit on a {torus} torus",
             cfg.nodes

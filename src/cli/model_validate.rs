@@ -53,7 +53,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     checks::distinct("--nodes-list", &a.nodes_list)?;
     if let (Some(t), Some(&n)) = (a.torus, a.nodes_list.iter().max()) {
         anyhow::ensure!(
-            t.size() >= n as u64,
+            t.holds(n as u64),
             "--torus {t}: {n} nodes do not fit on its {} nodes",
             t.size()
         );

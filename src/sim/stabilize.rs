@@ -143,7 +143,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         return Err("every process fails: nobody is left to stabilize".into());
     }
     let shape = cfg.torus.unwrap_or_else(|| Torus::partition(n as u64));
-    if cfg.net == NetKind::Torus && shape.size() < n as u64 {
+    if cfg.net == NetKind::Torus && !shape.holds(n as u64) {
         return Err(format!("{n} processes do not fit on a {shape} torus"));
     }
     let net = match cfg.net {

@@ -39,11 +39,16 @@ impl Torus {
     pub fn partition(n: u64) -> Torus {
         let mut t = Self::MIDPLANE;
         let mut axis = 2;
-        while t.size() < n {
+        while !t.holds(n) {
             t.dims[axis] *= 2;
             axis = (axis + 2) % 3;
         }
         t
+    }
+
+    /// Whether `n` ranks fit, one per node (beyond, [`Self::coord`] would fold them).
+    pub fn holds(&self, n: u64) -> bool {
+        n <= self.size()
     }
 
     /// Number of nodes.
