@@ -8,9 +8,11 @@ use common::events::collect;
 use common::handshake::shake_hands_as;
 use std::io::Read;
 use std::time::Duration;
+use weft::buf::Payload;
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, ReactorOptions, WaitMode};
-use weft::proto::ping::PingPong;
+use weft::proto::ping::{PingMsg, PingPong};
+use weft::proto::{Outbox, Protocol, Time, TimerId};
 use weft::transport::{Cluster, NodeOptions};
 use weft::wire::handshake::{Identity, JobKey, Role};
 use weft::NodeId;
@@ -71,17 +73,50 @@ fn every_message_on_its_own_connection_arrives_and_nobody_is_suspected() {
     }
 }
 
-/// A ponger that stops in the middle of the stream is still suspected: its releases do not
-/// hide its failure.
+/// Sends its peer a message every millisecond and answers nothing: a node that always has
+/// something for its peer, whatever the peer does.
+struct Chatter {
+    peer: Option<NodeId>,
+    seq: u64,
+}
+
+const TICK: TimerId = TimerId(1);
+
+impl Protocol for Chatter {
+    type Msg = PingMsg;
+
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<PingMsg>) {
+        out.set_timer(TICK, Duration::from_millis(1));
+    }
+
+    fn on_message(&mut self, _: Time, _: NodeId, _: PingMsg, _: &mut Outbox<PingMsg>) {}
+
+    fn on_timer(&mut self, _now: Time, _timer: TimerId, out: &mut Outbox<PingMsg>) {
+        if let Some(peer) = self.peer {
+            self.seq += 1;
+            let payload = Payload::default();
+            out.send(
+                peer,
+                PingMsg::Ping {
+                    seq: self.seq,
+                    payload,
+                },
+            );
+        }
+        out.set_timer(TICK, Duration::from_millis(1));
+    }
+}
+
+/// A peer that stops in the middle of the stream is still suspected by a node that goes on
+/// sending to it: its releases do not hide its failure. (A node with nothing for a released
+/// peer has no connection to watch: an echo test here, whose pinger waits for the echo, lost
+/// it with the stopped peer now and then and never sent again.)
 #[test]
 fn a_stopped_peer_is_still_suspected() {
     for backend in BACKENDS {
-        let mut c = Cluster::start(2, reconnecting(backend), move |i, ids| {
-            if i == 0 {
-                PingPong::pinger(ids[1], vec![64], 1_000_000, 0)
-            } else {
-                PingPong::ponger()
-            }
+        let mut c = Cluster::start(2, reconnecting(backend), move |i, ids| Chatter {
+            peer: (i == 0).then_some(ids[1]),
+            seq: 0,
         })
         .unwrap();
         let count = |s: &[(NodeId, NodeEvent)]| {
@@ -90,8 +125,8 @@ fn a_stopped_peer_is_still_suspected() {
                 .count()
         };
         collect(&c.events, 10, |s| count(s) >= 100);
-        let mut ponger = c.nodes.pop().unwrap();
-        ponger.stop().unwrap();
+        let mut peer = c.nodes.pop().unwrap();
+        peer.stop().unwrap();
         let lost = |s: &[(NodeId, NodeEvent)]| {
             s.iter()
                 .any(|(who, e)| *who == NodeId(0) && *e == NodeEvent::Suspect(NodeId(1)))

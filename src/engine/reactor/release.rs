@@ -16,7 +16,9 @@
 //! on the peer's answer, the other on the end of the stream after its answer. A connection
 //! that ends otherwise (the peer killed before it answered, a reset) is a failure as any
 //! other, and its peer is suspected. A peer that hangs during it (no answer) holds at most [`HELD_MAX`] messages
-//! here; the next one closes the connection as stalled, and the peer is suspected.
+//! here; the next one closes the connection as stalled, and the peer is suspected. Once
+//! released, a peer is not watched: with no connection open, its failure is found when a
+//! message is next sent to it (the dial fails), or by a protocol's own heartbeats.
 //!
 //! [`ReactorOptions::reconnect`]: crate::engine::ReactorOptions::reconnect
 //! [`Kind::Bye`]: crate::wire::Kind::Bye
