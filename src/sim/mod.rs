@@ -9,6 +9,7 @@ pub mod bmg;
 pub mod broadcast;
 pub mod bsp;
 pub mod churn;
+pub mod faultnet;
 pub mod route;
 pub mod stabilize;
 pub mod timed;

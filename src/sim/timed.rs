@@ -15,7 +15,12 @@
 //! Messages between two processes arrive in the order they were sent, whatever the latency
 //! model (TCP's FIFO, which the protocols assume), and a process can hang ([`TimedWorld::hang_at`]:
 //! it handles nothing for a while, as a stopped process, while its connections stay up).
+//!
+//! On top of that the network can misbehave ([`TimedWorld::with_faults`], [`super::faultnet`]):
+//! lose, duplicate, reorder or hold up messages, and cut the processes into sides
+//! ([`TimedWorld::partition_at`]) until it heals.
 
+use super::faultnet::{FaultCounts, LinkFaults, Sides};
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::rng::SimRng;
 use crate::topology::torus::Torus;
@@ -101,6 +106,11 @@ enum Ev {
     Wake {
         node: u32,
     },
+    /// A partition forms: process `i` is on side `sides[i]`.
+    Cut {
+        sides: Vec<u8>,
+    },
+    Heal,
 }
 
 /// Costs and the network.
@@ -155,7 +165,18 @@ pub struct TimedWorld<P: Protocol> {
     /// `Some(k)`: process `i` runs on CPU `i mod k` with others (a reactor per core hosting
     /// many nodes); `None`: every process has a CPU of its own.
     cores: Option<u32>,
+    /// Per-message faults, their draws and what they did.
+    faults: LinkFaults,
+    fault_rng: SimRng,
+    fault_counts: FaultCounts,
+    /// The partition standing, if any.
+    sides: Sides,
+    /// Copies a message for a duplicate delivery (set with the faults, which need it).
+    cloner: Option<Cloner<P::Msg>>,
 }
+
+/// Copies a message (for a duplicate delivery).
+type Cloner<M> = fn(&M) -> M;
 
 /// A watcher of sent messages (see [`TimedWorld::on_send`]).
 pub type SendHook<M> = Box<dyn FnMut(u64, u32, u32, &M)>;
@@ -190,7 +211,74 @@ impl<P: Protocol> TimedWorld<P> {
             }),
             send_hook: None,
             cores: None,
+            faults: LinkFaults::NONE,
+            fault_rng: SimRng::new(0),
+            fault_counts: FaultCounts::default(),
+            sides: Sides::default(),
+            cloner: None,
         }
+    }
+
+    /// Let the network lose, duplicate, reorder and hold up messages at these rates, the
+    /// draws seeded by `seed`.
+    pub fn with_faults(mut self, faults: LinkFaults, seed: u64) -> Self
+    where
+        P::Msg: Clone,
+    {
+        self.faults = faults;
+        self.fault_rng = SimRng::new(seed);
+        self.cloner = Some(<P::Msg as Clone>::clone);
+        self
+    }
+
+    /// From now on the network loses, duplicates, reorders and holds up nothing (the faults
+    /// are over; what is on its way keeps its fate).
+    pub fn calm(&mut self) {
+        self.faults = LinkFaults::NONE;
+    }
+
+    /// What the network's faults did so far.
+    pub fn fault_counts(&self) -> FaultCounts {
+        self.fault_counts
+    }
+
+    /// At time `t` a partition forms: process `i` is on side `sides[i]` (processes beyond
+    /// the list on the side of the last). Every connection across it breaks, and both ends
+    /// notice after `detect`; messages across are lost until it heals.
+    pub fn partition_at(&mut self, t: u64, sides: Vec<u8>) {
+        self.push(t, Ev::Cut { sides });
+    }
+
+    /// At time `t` the partition heals.
+    pub fn heal_at(&mut self, t: u64) {
+        self.push(t, Ev::Heal);
+    }
+
+    /// Form the partition now: break the connections across it.
+    fn cut(&mut self, mut sides: Vec<u8>, now: u64) {
+        let last = sides.last().copied().unwrap_or(0);
+        sides.resize(self.nodes.len(), last);
+        self.sides.form(sides);
+        let at = now + self.cfg.detect.as_nanos() as u64;
+        for a in 0..self.nodes.len() as u32 {
+            let across: Vec<u32> = self.links[a as usize]
+                .iter()
+                .copied()
+                .filter(|&b| self.sides.cut(a, b))
+                .collect();
+            self.links[a as usize].retain(|&b| !across.contains(&b));
+            if self.alive[a as usize] {
+                for b in across {
+                    self.suspect_at(at, a, b);
+                }
+            }
+        }
+    }
+
+    /// Heal the partition: processes may suspect each other across it again later.
+    fn heal(&mut self) {
+        let old = std::mem::take(&mut self.sides);
+        self.suspected.retain(|&(a, b)| !old.cut(a, b));
     }
 
     /// Run the processes on `cores` CPUs, process `i` on CPU `i mod cores`, as a
@@ -400,30 +488,49 @@ impl<P: Protocol> TimedWorld<P> {
                 if let Some(hook) = self.send_hook.as_mut() {
                     hook(t, i, to, &msg);
                 }
-                if !self.alive[to as usize] {
+                if !self.alive[to as usize] || self.sides.cut(i, to) {
+                    // Dead, or across a partition: the dial or the connection fails.
+                    if self.alive[to as usize] {
+                        self.fault_counts.cut += 1;
+                    }
                     let at = t + self.cfg.detect.as_nanos() as u64;
                     self.suspect_at(at, i, to);
                     continue;
                 }
                 self.link(i, to);
-                let slot = self.hold(msg);
-                let mut arrive = t + self.cfg.net.delay(i, to, &mut self.rng);
-                let last = self.last_arrival.entry((i, to)).or_insert(0);
-                arrive = arrive.max(*last);
-                *last = arrive;
-                let incarnation = self.incarnation[to as usize];
-                let from_incarnation = self.incarnation[i as usize];
-                self.push(
-                    arrive,
-                    Ev::Deliver {
-                        to,
-                        from: i,
-                        slot,
-                        incarnation,
-                        departed: t,
-                        from_incarnation,
-                    },
-                );
+                let fate = self
+                    .faults
+                    .draw(&mut self.fault_rng, &mut self.fault_counts);
+                if fate.lost {
+                    continue;
+                }
+                let copy = fate.dup.and_then(|_| self.cloner.map(|c| c(&msg)));
+                let mut arrive = t + self.cfg.net.delay(i, to, &mut self.rng) + fate.extra;
+                if !fate.reordered {
+                    let last = self.last_arrival.entry((i, to)).or_insert(0);
+                    arrive = arrive.max(*last);
+                    *last = arrive;
+                }
+                let mut deliveries = vec![(arrive, msg)];
+                if let (Some(after), Some(copy)) = (fate.dup, copy) {
+                    deliveries.push((arrive + after, copy));
+                }
+                for (arrive, msg) in deliveries {
+                    let slot = self.hold(msg);
+                    let incarnation = self.incarnation[to as usize];
+                    let from_incarnation = self.incarnation[i as usize];
+                    self.push(
+                        arrive,
+                        Ev::Deliver {
+                            to,
+                            from: i,
+                            slot,
+                            incarnation,
+                            departed: t,
+                            from_incarnation,
+                        },
+                    );
+                }
             }
         }
         self.out = out;
@@ -449,10 +556,17 @@ impl<P: Protocol> TimedWorld<P> {
                     self.release(*slot);
                     return Some(None);
                 }
-                match &ev {
+                let to = match &ev {
                     Ev::Deliver { to, .. } => *to,
                     _ => unreachable!(),
+                };
+                if self.sides.cut(*from, to) {
+                    // On its way when the partition formed.
+                    self.fault_counts.cut += 1;
+                    self.release(*slot);
+                    return Some(None);
                 }
+                to
             }
             Ev::Suspect { at, .. } => *at,
             Ev::Timer { node, .. } | Ev::Wake { node } => *node,
@@ -460,6 +574,17 @@ impl<P: Protocol> TimedWorld<P> {
                 let cpu = self.cpu(*node);
                 self.now = self.now.max(at);
                 self.busy_until[cpu] = self.busy_until[cpu].max(*until);
+                return Some(None);
+            }
+            Ev::Cut { sides } => {
+                self.now = self.now.max(at);
+                let sides = sides.clone();
+                self.cut(sides, at);
+                return Some(None);
+            }
+            Ev::Heal => {
+                self.now = self.now.max(at);
+                self.heal();
                 return Some(None);
             }
             Ev::Kill { node } => {
@@ -537,7 +662,7 @@ impl<P: Protocol> TimedWorld<P> {
             Ev::Suspect { at, peer } => {
                 self.nodes[at as usize].on_suspect(now, NodeId(peer as u64), &mut self.out);
             }
-            Ev::Start { .. } | Ev::Kill { .. } | Ev::Hang { .. } => {
+            Ev::Start { .. } | Ev::Kill { .. } | Ev::Hang { .. } | Ev::Cut { .. } | Ev::Heal => {
                 unreachable!("handled above")
             }
             Ev::Timer {
