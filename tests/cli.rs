@@ -876,3 +876,63 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
     );
     assert!(out.stdout.is_empty(), "refused before any run");
 }
+
+/// `weft sim faults` runs fault schedules for membership and the overlay, checks each, and
+/// says so in its JSON; a schedule that fails is replayed from its JSON and fails again, with
+/// the reason; an unknown protocol is refused by name.
+#[test]
+fn sim_faults_checks_replays_and_refuses() {
+    for protocol in ["membership", "bmg"] {
+        let out = succeed(&[
+            "sim",
+            "faults",
+            "--protocol",
+            protocol,
+            "--schedules",
+            "100",
+            "--seed",
+            "1",
+            "--json",
+        ]);
+        let v = one_json(&out);
+        has_fields(
+            &v,
+            &[
+                "protocol",
+                "schedules",
+                "events",
+                "messages",
+                "net",
+                "applied",
+                "violations",
+                "wall_ms",
+            ],
+        );
+        assert_eq!(v["protocol"], protocol);
+        assert_eq!(v["violations"], 0, "{v}");
+        assert!(v["net"]["lost"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["applied"]["partitions"].as_u64().unwrap() > 0, "{v}");
+    }
+    // A partition that outlasts the check: two views at the end, a violation.
+    let dir = scratch("sim-faults");
+    let path = dir.join("split.json");
+    let sides: Vec<String> = (0..6).map(|i| (i % 2).to_string()).collect();
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"protocol":"membership","seed":3,"nodes":6,"spare":0,"radix":2,"tree_depth":0,
+               "rebalance":false,"net":{{"loss":0.0,"dup":0.0,"reorder":0.0,"tail":0.0,
+               "tail_max_us":0}},"faults":[{{"kind":"partition","at_us":500,
+               "sides":[{}],"for_us":100000000}}]}}"#,
+            sides.join(",")
+        ),
+    )
+    .unwrap();
+    let out = weft(&["sim", "faults", "--replay", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no agreement"), "{text}");
+    let out = weft(&["sim", "faults", "--protocol", "gossip"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gossip"));
+}

@@ -28,6 +28,7 @@ pub mod plot;
 pub mod sim_bmg;
 pub mod sim_broadcast;
 pub mod sim_bsp;
+pub mod sim_faults;
 pub mod sim_stabilize;
 pub mod values;
 
@@ -195,6 +196,10 @@ pub enum SimCommand {
     /// Robust-BSP: virtual processors on real ones that die, the result checked against a
     /// fault-free run (Kontogiannis et al.).
     Bsp(sim_bsp::SimBspArgs),
+    /// Random fault schedules (loss, duplication, reordering, delay, partitions, hangs,
+    /// crashes) for a protocol, each checked once its faults are over; a failing one is
+    /// shrunk to a short reproduction.
+    Faults(sim_faults::SimFaultsArgs),
 }
 
 /// Run a parsed command line.
@@ -215,6 +220,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(SimCommand::Stabilize(args)) => sim_stabilize::run(args),
         Command::Sim(SimCommand::Broadcast(args)) => sim_broadcast::run_cmd(args),
         Command::Sim(SimCommand::Bsp(args)) => sim_bsp::run_cmd(args),
+        Command::Sim(SimCommand::Faults(args)) => sim_faults::run_cmd(args),
         Command::Ida(cmd) => ida::run(cmd),
         Command::Ping(args) => ping::run(args),
     }

@@ -10,6 +10,7 @@ pub mod broadcast;
 pub mod bsp;
 pub mod churn;
 pub mod faultnet;
+pub mod faults;
 pub mod route;
 pub mod stabilize;
 pub mod timed;

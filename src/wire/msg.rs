@@ -199,6 +199,12 @@ mod tests {
                 appended: vec![NodeId(40)],
                 root: NodeId(1),
             }),
+            MemberMsg::Excluded(Regroup {
+                epoch: 9,
+                dead: vec![1, 2],
+                appended: vec![],
+                root: NodeId(0),
+            }),
         ]);
         round_trip(&[
             OverlayMsg::Ring(RingMsg::FConnect(NodeId(1))),

@@ -45,6 +45,11 @@
 //!   a dial and a handshake each, in the middle of the stabilization). A child reports when
 //!   the hold runs out or an epoch comes without the failure.
 
+mod repair;
+
+pub use repair::ACK_ROUNDS;
+use repair::VIA_TRIES;
+
 use super::views::{Installed, SharedViews};
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::id::IdMap;
@@ -167,6 +172,9 @@ mod wire_form {
         },
         /// Root → joiner, once the tree with it is stable: welcome (with the state to adopt).
         JoinDetAck(Regroup),
+        /// To a process the sender's view does not hold (it probed the sender, or a root looks
+        /// for strays): the sender's view now. Not in the paper (see [`repair`]).
+        Excluded(Regroup),
     }
 }
 
@@ -402,6 +410,13 @@ struct Joining {
     next: usize,
     /// How long to wait for `JoinDetAck` before asking the next one.
     retry: Duration,
+    /// A process to ask before the list (the root of the view this one leaves its own for,
+    /// see [`repair`]), and how many times it was asked.
+    via: Option<NodeId>,
+    tries: u32,
+    /// Requests sent, all targets: after [`repair::OWN_VIEW_AFTER`] list lengths of them
+    /// without a welcome, the process starts a view of its own.
+    asked: u32,
 }
 
 /// One process's membership state.
@@ -455,6 +470,18 @@ pub struct Membership {
     failover: Option<NodeId>,
     /// The highest epoch number heard of, installed or not.
     seen_epoch: u64,
+    /// How the installed epoch came down (`FailedNode`, `RootDead` or `NewNodeJoin`): what is
+    /// sent again to children that have not acknowledged it.
+    down: fn(Regroup) -> MemberMsg,
+    /// Probe rounds the installed epoch has waited for acknowledgments.
+    waited_rounds: u32,
+    /// Probe rounds the installed epoch has still counted alive a process this one suspects.
+    stale_rounds: u32,
+    /// Suspects reported to the root and not yet acknowledged (`FailureDetAck`).
+    unacked: BTreeSet<NodeId>,
+    /// At the root: the next position of the list to look at for a process this view
+    /// counts dead that may be alive in a view of its own (see [`repair`]).
+    stray_next: usize,
 }
 
 impl Membership {
@@ -502,6 +529,11 @@ impl Membership {
             outstanding: IdMap::default(),
             failover: None,
             seen_epoch: 0,
+            down: MemberMsg::FailedNode,
+            waited_rounds: 0,
+            stale_rounds: 0,
+            unacked: BTreeSet::new(),
+            stray_next: 0,
         };
         m.nb = m.neighbors_in_state();
         m.state.root = m.nb.root;
@@ -522,6 +554,9 @@ impl Membership {
             asking: Asking::Join,
             next: 0,
             retry,
+            via: None,
+            tries: 0,
+            asked: 0,
         });
         m.nb.parent = None;
         m.nb.children.clear();
@@ -685,20 +720,14 @@ impl Membership {
 
     /// A member that finds itself dead in the installed state was excluded while alive (a
     /// probe timed out on it): as the paper allows, it asks to come back like a recovered
-    /// process.
+    /// process, without its state (which the view it comes back to may not supersede).
     fn rejoin_if_excluded<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
-        if self.joining.is_none() && !self.is_live(self.me) && self.position(self.me).is_some() {
-            self.joining = Some(Joining {
-                asking: Asking::Rejoin,
-                next: 0,
-                retry: self
-                    .cfg
-                    .probe
-                    .map_or(Duration::from_millis(10), |(p, t)| p + t),
-            });
-            self.outstanding.clear();
-            self.waiting.clear();
-            self.ask(out);
+        // A state whose list does not hold this process at all excludes it too (one that
+        // never heard of its joining).
+        if self.joining.is_none() && !self.is_live(self.me) {
+            // Through the root that excluded it, which knows the view it comes back to.
+            let root = self.state.root;
+            self.rejoin_through(root, out);
         }
     }
 
@@ -715,6 +744,9 @@ impl Membership {
         self.failover = None;
         self.adopt(state);
         self.joining_epoch = joining_epoch;
+        self.down = kind;
+        self.waited_rounds = 0;
+        self.stale_rounds = 0;
         out.report(Event::Member(MemberEvent::ViewChanged {
             epoch,
             root: self.state.root,
@@ -907,6 +939,7 @@ impl Membership {
             // connection to `peer` leave the report to them (and make it themselves if `peer`
             // becomes their neighbor, see `install`), so one death is not reported N times.
             self.reported.insert(peer);
+            self.unacked.insert(peer);
             out.send(root, MemberMsg::NodeFailure { failed: peer });
         }
     }
@@ -932,6 +965,7 @@ impl Membership {
             .collect();
         for s in pending {
             self.reported.insert(s);
+            self.unacked.insert(s);
             out.send(root, MemberMsg::NodeFailure { failed: s });
         }
     }
@@ -967,16 +1001,22 @@ impl Membership {
                     // Take over, or pass it on to a live process before this one that the
                     // sender believed dead.
                     self.chase_root(failed, out);
-                } else if i_am_root {
+                    return;
+                }
+                if i_am_root {
                     // Already root (an earlier report): treat it as a node failure.
                     self.root_handles(failed, false, out);
                 }
+                // The sender's view is not this one: show it this one (see `repair`).
+                out.send(from, MemberMsg::FailedNode(self.state.clone()));
             }
             MemberMsg::FailedNode(r) | MemberMsg::RootDead(r) | MemberMsg::NewNodeJoin(r)
                 if !self.supersedes(&r) =>
             {
-                // Old, a duplicate, or from a root already replaced.
+                // Old, a duplicate (a parent sending it again: ack again), from a root already
+                // replaced, or from a view of its own (see `repair`).
                 self.seen_epoch = self.seen_epoch.max(r.epoch);
+                self.not_superseding(from, r, out);
             }
             MemberMsg::FailedNode(r) => self.install(r, MemberMsg::FailedNode, false, out),
             MemberMsg::RootDead(r) => self.install(r, MemberMsg::RootDead, false, out),
@@ -987,7 +1027,9 @@ impl Membership {
                     self.maybe_ack(out);
                 }
             }
-            MemberMsg::FailureDetAck { .. } => {}
+            MemberMsg::FailureDetAck { failed } => {
+                self.unacked.remove(&failed);
+            }
             MemberMsg::NewNode { id } | MemberMsg::NodeAlive { id } => {
                 if i_am_root {
                     self.root_admits(id, out);
@@ -1030,12 +1072,14 @@ impl Membership {
             }
             MemberMsg::HowAreYou { seq } => {
                 out.send(from, MemberMsg::IAmFine { seq });
-                // A process this view excluded still probes: show it the state that
-                // excludes it, so it asks to come back.
-                if self.joining.is_none() && !self.is_live(from) && self.position(from).is_some() {
-                    out.send(from, MemberMsg::FailedNode(self.state.clone()));
+                // A process this view excluded still probes, or a root of another view
+                // looks for strays: show it the state that excludes it, so it asks to come
+                // back (or finds the split, see `repair`).
+                if self.joining.is_none() && !self.is_live(from) {
+                    out.send(from, MemberMsg::Excluded(self.state.clone()));
                 }
             }
+            MemberMsg::Excluded(r) => self.on_excluded(r, from, out),
             MemberMsg::IAmFine { seq } => {
                 if self.outstanding.get(&from).is_some_and(|&(s, _)| s == seq) {
                     self.outstanding.remove(&from);
@@ -1050,13 +1094,25 @@ impl Membership {
             return;
         };
         let n = self.initial.len();
+        if j.asked >= repair::OWN_VIEW_AFTER * n as u32 {
+            self.found_own_view(out);
+            return;
+        }
+        j.asked += 1;
         let mut target = None;
+        // The process named to ask first is asked a few times before the list.
+        if let Some(v) = j.via.filter(|_| j.tries < VIA_TRIES) {
+            j.tries += 1;
+            target = Some(v);
+        }
         for _ in 0..n {
+            if target.is_some() {
+                break;
+            }
             let id = self.initial[j.next % n];
             j.next = (j.next + 1) % n;
             if id != self.me {
                 target = Some(id);
-                break;
             }
         }
         let msg = match j.asking {
@@ -1145,7 +1201,12 @@ impl Protocol for Membership {
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<MemberMsg>) {
         self.now = now;
         match timer {
-            PROBE_TIMER => self.probe(now, out),
+            PROBE_TIMER => {
+                self.probe(now, out);
+                if self.joining.is_none() {
+                    self.repair(out);
+                }
+            }
             TIMEOUT_TIMER => self.expire(now, out),
             JOIN_TIMER => self.ask(out),
             BATCH_TIMER => {

@@ -1,0 +1,264 @@
+//! What keeps the membership going when the network is worse than TCP on a good day: lost
+//! messages, and views that split.
+//!
+//! **Retransmission**, on the probe clock (every probe period, so only with probing on; without
+//! it weft relies on its transport, which neither loses nor reorders within a connection):
+//! - a process still waiting for its children's acknowledgments sends them the epoch again,
+//!   and a child that already holds it acknowledges again; after [`ACK_ROUNDS`] rounds without
+//!   an answer a child is suspected (the FAILURE_ACK timeout of ICS'06 section 3.3: excessive
+//!   delay in a response is taken for a failure);
+//! - a failure report the root did not acknowledge (`FailureDetAck`) is sent again while the
+//!   installed epoch still counts the suspect alive;
+//! - a `RootFailure` is sent again to the chosen successor until an epoch comes;
+//! - a member whose view still counts alive, [`STALE_ROUNDS`] rounds on, a process it suspects
+//!   (its report reached a root that left, or all its tree neighbors are gone and nothing will
+//!   ever reach it) asks to come back in, as an excluded process does.
+//!
+//! **Split views.** A partition, or false suspicions both ways, leaves two views that each
+//! count the other's processes dead (ICS'06 section 3.3: "partitions (subtrees) reorganize to
+//! form a new view"). Nothing in the paper joins them again; weft does, so that a healed cut
+//! ends in one view:
+//! - each root, every probe round, sends its state (`Excluded`) to one process its view counts
+//!   dead, cycling through the list, and any member probed by a process its view does not
+//!   hold answers so too: a falsely suspected process that never noticed learns so and
+//!   rejoins; a process of another view finds the split;
+//! - a member told `Excluded` by a view of another root, or that receives a state which does
+//!   not supersede its own and names another root, either from a process its view counts dead
+//!   or from that root itself saying this process is not in its view, has found another view.
+//!   The view with the lower root wins: a member of the other one leaves its view and asks to
+//!   come back through the winner's root (a recovered process, with its old id); a member of
+//!   the winner sends its own state back, so that the sender does the same. The winner's root
+//!   keeps sending, one process per round, until every process of the other view has come
+//!   over;
+//! - a `RootFailure` about a root that is not this process's own is answered with this
+//!   process's state: the sender holds an older view, and learns the newer one (or the split).
+//!
+//! - a process that asked to get in [`OWN_VIEW_AFTER`] times around the list and was never
+//!   welcomed starts a view of its own (after a split every process it asks may be asking
+//!   too); the rule above merges it with the others.
+//!
+//! A state from a live member of the same view, not its root, that excludes this process is an
+//! old one still on its way (a duplicate, a reordered message), never a reason to leave.
+
+use super::{Asking, Joining, MemberEvent, MemberMsg, Membership, Regroup, JOIN_TIMER};
+use crate::proto::{Event, Outbox};
+use crate::NodeId;
+use std::time::Duration;
+
+/// Probe rounds a process waits for a child's acknowledgment before it suspects the child.
+pub const ACK_ROUNDS: u32 = 8;
+/// A process that asked this many times the list's length to get in, and was never welcomed,
+/// starts a view of its own (every process it could ask may be asking too).
+pub(super) const OWN_VIEW_AFTER: u32 = 2;
+/// Probe rounds a member's view may count alive a process it suspects before the member asks
+/// to come back in.
+pub const STALE_ROUNDS: u32 = 4 * ACK_ROUNDS;
+/// Times a leaving process asks the winning view's root before it asks down the list.
+pub(super) const VIA_TRIES: u32 = 3;
+
+impl Membership {
+    /// How long a process that rejoins waits for its welcome before asking the next one.
+    pub(super) fn rejoin_retry(&self) -> Duration {
+        self.cfg
+            .probe
+            .map_or(Duration::from_millis(10), |(p, t)| p + t)
+    }
+
+    /// Whether the state `r` counts `id` in its view (its latest incarnation, alive).
+    fn live_in(&self, r: &Regroup, id: NodeId) -> bool {
+        let n = self.initial.len();
+        r.appended
+            .iter()
+            .rposition(|&x| x == id)
+            .map(|p| (n + p) as u32)
+            .or_else(|| self.initial.binary_search(&id).ok().map(|p| p as u32))
+            .is_some_and(|p| r.dead.binary_search(&p).is_err())
+    }
+
+    /// Once per probe round, for a member: send again what may have been lost, and at the
+    /// root, probe one process the view counts dead.
+    pub(super) fn repair<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        if !self.waiting.is_empty() {
+            self.waited_rounds += 1;
+            let kids: Vec<NodeId> = self.waiting.iter().copied().collect();
+            if self.waited_rounds > ACK_ROUNDS {
+                for k in kids {
+                    self.suspect(k, out);
+                }
+            } else {
+                for k in kids {
+                    out.send(k, (self.down)(self.state.clone()));
+                }
+            }
+        }
+        let root = self.nb.root;
+        let unacked: Vec<NodeId> = self.unacked.iter().copied().collect();
+        for s in unacked {
+            if root != self.me && self.is_live(s) && self.suspected.contains_key(&s) {
+                out.send(root, MemberMsg::NodeFailure { failed: s });
+            } else {
+                self.unacked.remove(&s);
+            }
+        }
+        if let Some(next) = self.failover {
+            if self.suspected.contains_key(&root) {
+                let epoch = self.seen_epoch.max(self.state.epoch);
+                out.send(
+                    next,
+                    MemberMsg::RootFailure {
+                        failed: root,
+                        epoch,
+                    },
+                );
+            }
+        }
+        if root == self.me {
+            self.probe_stray(out);
+            return;
+        }
+        // A suspicion the view never caught up with (the report reached a root that has left,
+        // or this process's neighbors are all gone, so nothing it hears will ever change its
+        // view): after long enough, ask to come back in, which does not depend on this view.
+        let stale = self.suspected.keys().any(|&s| self.is_live(s));
+        self.stale_rounds = if stale { self.stale_rounds + 1 } else { 0 };
+        if self.stale_rounds > STALE_ROUNDS {
+            self.rejoin_through(root, out);
+        }
+    }
+
+    /// At the root: probe the next process of the list that the view counts dead.
+    fn probe_stray<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        if self.dead.is_empty() {
+            return;
+        }
+        let n = self.list.len();
+        for _ in 0..n {
+            let p = self.stray_next % n;
+            self.stray_next = (p + 1) % n;
+            let id = self.list[p];
+            if self.dead.contains(&(p as u32)) && id != self.me && !self.is_live(id) {
+                out.send(id, MemberMsg::Excluded(self.state.clone()));
+                return;
+            }
+        }
+    }
+
+    /// A state that does not supersede the installed one came from `from`: a parent sending
+    /// the installed epoch again is acknowledged again; a state of another view is a split.
+    pub(super) fn not_superseding<M: From<MemberMsg>>(
+        &mut self,
+        from: NodeId,
+        r: Regroup,
+        out: &mut Outbox<M>,
+    ) {
+        if self.joining.is_some() {
+            return;
+        }
+        if (r.epoch, r.root) == (self.state.epoch, self.state.root) {
+            if self.nb.parent == Some(from) {
+                self.maybe_ack(out);
+            }
+            return;
+        }
+        // From a process this view counts dead (what it says is its view now), or from the
+        // other view's root itself saying this process is not in it.
+        let foreign = r.root != self.state.root
+            && (!self.is_live(from) || (from == r.root && !self.live_in(&r, self.me)));
+        if !foreign {
+            return; // old, or from a root already replaced
+        }
+        if r.root < self.state.root {
+            self.rejoin_through(r.root, out);
+        } else {
+            out.send(from, MemberMsg::FailedNode(self.state.clone()));
+        }
+    }
+
+    /// `from`'s view `r` does not hold this process. A newer state of this process's own
+    /// view is installed (and this process rejoins); one of another root is a split, which
+    /// the lower root wins.
+    pub(super) fn on_excluded<M: From<MemberMsg>>(
+        &mut self,
+        r: Regroup,
+        from: NodeId,
+        out: &mut Outbox<M>,
+    ) {
+        self.seen_epoch = self.seen_epoch.max(r.epoch);
+        if self.joining.is_some() {
+            return;
+        }
+        if self.supersedes(&r) {
+            let kind = self.down;
+            self.install(r, kind, false, out);
+        } else if r.root == self.state.root {
+            // An older state of this view, still on its way.
+        } else if r.root < self.state.root {
+            self.rejoin_through(r.root, out);
+        } else {
+            out.send(from, MemberMsg::Excluded(self.state.clone()));
+        }
+    }
+
+    /// Nobody welcomed this process (everyone it asked may be asking too, after a split): it
+    /// becomes the root of a view of its own, which the split rule merges with the others.
+    pub(super) fn found_own_view<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        let n = self.initial.len();
+        let mine = self.initial.binary_search(&self.me).ok();
+        let state = Regroup {
+            epoch: self.seen_epoch.max(self.state.epoch) + 1,
+            dead: (0..n)
+                .filter(|&p| Some(p) != mine)
+                .map(|p| p as u32)
+                .collect(),
+            appended: if mine.is_some() {
+                Vec::new()
+            } else {
+                vec![self.me]
+            },
+            root: self.me,
+        };
+        self.joining = None;
+        out.cancel_timer(JOIN_TIMER);
+        self.install(state, MemberMsg::FailedNode, false, out);
+        out.report(Event::Member(MemberEvent::Joined {
+            epoch: self.state.epoch,
+            at: self.now,
+        }));
+        // A joiner that was never welcomed has not probed yet: the rounds (and with them the
+        // search for other views) start now.
+        let now = self.now;
+        self.probe(now, out);
+    }
+
+    /// Leave this view for the one of `root` (the same view, when it excluded this process):
+    /// forget the state, and ask `root` to come back as a recovered process does.
+    pub(super) fn rejoin_through<M: From<MemberMsg>>(&mut self, root: NodeId, out: &mut Outbox<M>) {
+        let me = self.me;
+        self.adopt(Regroup {
+            epoch: 0,
+            dead: Vec::new(),
+            appended: Vec::new(),
+            root: me,
+        });
+        self.suspected.clear();
+        self.reported.clear();
+        self.unacked.clear();
+        self.outstanding.clear();
+        self.waiting.clear();
+        self.welcome.clear();
+        self.failover = None;
+        self.batching = None;
+        self.holding = false;
+        self.nb.parent = None;
+        self.nb.children.clear();
+        self.joining = Some(Joining {
+            asking: Asking::Rejoin,
+            next: 0,
+            retry: self.rejoin_retry(),
+            via: Some(root),
+            tries: 0,
+            asked: 0,
+        });
+        self.ask(out);
+    }
+}

@@ -1,0 +1,318 @@
+//! Radix-tree membership under a fault schedule. Failures are found by the `HowAreYou` probes
+//! and by lost connections (a crash, a partition); lost messages by the protocol's own
+//! retransmissions. After the last fault the check waits, one millisecond at a time, until
+//! every live process holds one view of exactly the live processes, in one epoch of one
+//! root, none still joining and none waiting for acknowledgments, and holds it for three checks
+//! in a row; a schedule that does not get there within [`SETTLE_MAX`] is a violation, named
+//! with the views it ended in.
+
+use super::{Applied, Fault, Outcome, Schedule};
+use crate::proto::membership::{Membership, MembershipConfig, TreeMode};
+use crate::proto::views::SharedViews;
+use crate::sim::timed::{Net, TimedConfig, TimedWorld};
+use crate::NodeId;
+use std::time::Duration;
+
+/// Probe period and timeout: a hang longer than the timeout is a (false) suspicion.
+const PROBE: (Duration, Duration) = (Duration::from_micros(200), Duration::from_micros(100));
+/// A joiner's retry.
+const RETRY: Duration = Duration::from_millis(1);
+/// How often the check looks, ns.
+const CHECK_EVERY: u64 = 1_000_000;
+/// Checks in a row that must hold.
+const STABLE_CHECKS: u32 = 3;
+/// Longest wait after the last fault, ns.
+pub const SETTLE_MAX: u64 = 500_000_000;
+
+fn world(s: &Schedule) -> TimedWorld<Membership> {
+    let initial: Vec<NodeId> = (0..s.nodes as u64).map(NodeId).collect();
+    let views = SharedViews::new(initial);
+    let cfg = config(s);
+    let total = s.nodes + s.spare;
+    let nodes = (0..total as u64)
+        .map(|i| Membership::new(NodeId(i), &views, cfg))
+        .collect();
+    TimedWorld::new(
+        nodes,
+        TimedConfig {
+            net: Net::Jitter {
+                l: Duration::from_micros(5),
+                spread: Duration::from_micros(10),
+                seed: s.seed,
+            },
+            ocp: Duration::from_micros(2),
+            send: Duration::ZERO,
+            detect: Duration::from_micros(50),
+        },
+    )
+    .with_faults(s.net, s.seed ^ 0xfa17_5eed)
+}
+
+fn config(s: &Schedule) -> MembershipConfig {
+    MembershipConfig {
+        radix: s.radix,
+        mode: if s.rebalance {
+            TreeMode::Rebalance
+        } else {
+            TreeMode::Patch
+        },
+        probe: Some(PROBE),
+        warm: false,
+        batch: Duration::ZERO,
+        orphan_hold: Duration::from_millis(1),
+    }
+}
+
+/// Run the schedule and check where it ends.
+pub fn execute(s: &Schedule) -> Outcome {
+    execute_traced(s, None)
+}
+
+/// [`execute`], with every message sent and every event reported pushed to `trace` (one
+/// line each, by simulated time).
+pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
+    let mut w = world(s);
+    if let Some(t) = &trace {
+        let t = t.clone();
+        w.on_send(Box::new(move |at, from, to, m| {
+            t.borrow_mut().push(format!(
+                "{:>10.3} µs  n{from} -> n{to}  {m:?}",
+                at as f64 / 1e3
+            ));
+        }));
+    }
+    let total = s.nodes + s.spare;
+    let views = SharedViews::new((0..s.nodes as u64).map(NodeId).collect());
+    let cfg = config(s);
+    for j in s.nodes..total {
+        w.kill(j); // a spare slot, idle until its process joins
+    }
+    w.start();
+    let mut out = Outcome::default();
+    let mut alive: Vec<bool> = (0..total).map(|i| i < s.nodes).collect();
+    let mut started = alive.clone();
+    let mut applied = Applied::default();
+    for f in s.sorted_faults() {
+        let t = f.at_us() * 1000;
+        run_until(&mut w, t, &mut out.events, &trace);
+        let live = alive.iter().filter(|&&a| a).count();
+        match f {
+            Fault::Crash { node, .. } if alive[node as usize] && live > 2 => {
+                w.kill(node);
+                alive[node as usize] = false;
+                applied.crashes += 1;
+            }
+            Fault::CrashRoot { .. } if live > 2 => {
+                let Some(first) = (0..total).find(|&i| alive[i as usize]) else {
+                    continue;
+                };
+                let root = w.nodes()[first as usize].root().0 as u32;
+                if root < total && alive[root as usize] {
+                    w.kill(root);
+                    alive[root as usize] = false;
+                    applied.crashes += 1;
+                    applied.root_crashes += 1;
+                }
+            }
+            Fault::Recover { node, .. } if !alive[node as usize] && started[node as usize] => {
+                let p = Membership::recovering(NodeId(node as u64), &views, cfg, RETRY);
+                w.spawn_at(t, node, p);
+                alive[node as usize] = true;
+                applied.recoveries += 1;
+            }
+            Fault::Join { node, .. } if !started[node as usize] => {
+                let p = Membership::joiner(NodeId(node as u64), &views, cfg, RETRY);
+                w.spawn_at(t, node, p);
+                alive[node as usize] = true;
+                started[node as usize] = true;
+                applied.joins += 1;
+            }
+            Fault::Hang { node, for_us, .. } if alive[node as usize] => {
+                w.hang_at(t, node, Duration::from_micros(for_us));
+                applied.hangs += 1;
+            }
+            Fault::Partition { sides, for_us, .. } => {
+                w.partition_at(t, sides);
+                w.heal_at(t + for_us * 1000);
+                applied.partitions += 1;
+            }
+            _ => {}
+        }
+    }
+    let calm = s.calm_ns();
+    run_until(&mut w, calm, &mut out.events, &trace);
+    w.calm();
+    let live: Vec<NodeId> = (0..total)
+        .filter(|&i| alive[i as usize])
+        .map(|i| NodeId(i as u64))
+        .collect();
+    let mut t = calm;
+    let mut stable = 0;
+    let mut since = calm;
+    loop {
+        t += CHECK_EVERY;
+        run_until(&mut w, t, &mut out.events, &trace);
+        match disagreement(&w, &live) {
+            None => {
+                if stable == 0 {
+                    since = t;
+                }
+                stable += 1;
+                if stable == STABLE_CHECKS {
+                    break;
+                }
+            }
+            Some(why) => {
+                stable = 0;
+                if t - calm >= SETTLE_MAX {
+                    out.violations.push(format!(
+                        "no agreement {} ms after the last fault: {why}",
+                        SETTLE_MAX / 1_000_000
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    out.converge_ns = since - calm;
+    out.sim_ns = t;
+    out.messages = w.sent;
+    out.net = w.fault_counts();
+    out.applied = applied;
+    out
+}
+
+/// Handle every event up to time `t`.
+fn run_until(w: &mut TimedWorld<Membership>, t: u64, events: &mut u64, trace: &Trace) {
+    while w.peek_time().is_some_and(|at| at <= t) {
+        w.step();
+        *events += 1;
+    }
+    let reports = w.take_reports();
+    if let Some(tr) = trace {
+        for (node, at, e) in reports {
+            tr.borrow_mut()
+                .push(format!("{:>10.3} µs  n{node}: {e:?}", at as f64 / 1e3));
+        }
+    }
+}
+
+/// Where a traced run writes its lines.
+pub type Trace = Option<std::rc::Rc<std::cell::RefCell<Vec<String>>>>;
+
+/// Why the live processes do not (yet) agree, if they do not.
+fn disagreement(w: &TimedWorld<Membership>, live: &[NodeId]) -> Option<String> {
+    let first = &w.nodes()[live.first()?.0 as usize];
+    let name = (first.epoch(), first.root());
+    for &id in live {
+        let m = &w.nodes()[id.0 as usize];
+        let problem = if m.is_joining() {
+            Some("still joining".to_string())
+        } else if m.view() != live {
+            Some(format!("holds view {:?}", ids(m.view())))
+        } else if (m.epoch(), m.root()) != name {
+            Some(format!(
+                "is in epoch {} of root {}, n{} in epoch {} of root {}",
+                m.epoch(),
+                m.root().0,
+                live[0].0,
+                name.0,
+                name.1 .0
+            ))
+        } else if m.waiting() {
+            Some("still waits for acknowledgments".to_string())
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            return Some(format!("n{} {p}; live are {:?}", id.0, ids(live)));
+        }
+    }
+    None
+}
+
+fn ids(v: &[NodeId]) -> Vec<u64> {
+    v.iter().map(|id| id.0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{draw, execute, FaultProtocol, Schedule};
+    use super::*;
+    use crate::sim::faultnet::LinkFaults;
+
+    fn schedule(net: LinkFaults, faults: Vec<Fault>) -> Schedule {
+        Schedule {
+            protocol: FaultProtocol::Membership,
+            seed: 5,
+            nodes: 12,
+            spare: 2,
+            radix: 2,
+            rebalance: false,
+            tree_depth: 0,
+            net,
+            faults,
+        }
+    }
+
+    /// The checker can fail: a partition that never heals leaves two views.
+    #[test]
+    fn a_partition_that_never_heals_is_a_violation() {
+        let sides: Vec<u8> = (0..14).map(|i| (i % 2) as u8).collect();
+        let s = schedule(
+            LinkFaults::NONE,
+            vec![Fault::Partition {
+                at_us: 1_000,
+                sides,
+                for_us: 10_000_000,
+            }],
+        );
+        let out = execute(&s);
+        assert_eq!(out.violations.len(), 1, "{:?}", out.violations);
+    }
+
+    #[test]
+    fn crashes_and_a_healed_partition_end_in_one_view() {
+        let sides: Vec<u8> = (0..14).map(|i| u8::from(i >= 7)).collect();
+        let s = schedule(
+            LinkFaults {
+                loss: 0.02,
+                dup: 0.02,
+                reorder: 0.1,
+                tail: 0.02,
+                tail_max: Duration::from_micros(500),
+            },
+            vec![
+                Fault::Crash {
+                    at_us: 500,
+                    node: 3,
+                },
+                Fault::CrashRoot { at_us: 1_500 },
+                Fault::Join {
+                    at_us: 2_000,
+                    node: 12,
+                },
+                Fault::Partition {
+                    at_us: 3_000,
+                    sides,
+                    for_us: 4_000,
+                },
+                Fault::Recover {
+                    at_us: 9_000,
+                    node: 3,
+                },
+            ],
+        );
+        let out = execute(&s);
+        assert!(out.violations.is_empty(), "{:?}", out.violations);
+        assert_eq!(out.applied.partitions, 1);
+        assert!(out.net.lost > 0 && out.net.cut > 0, "{:?}", out.net);
+    }
+
+    #[test]
+    fn drawn_schedules_replay_exactly() {
+        let s = draw(FaultProtocol::Membership, 42, 10);
+        let (a, b) = (execute(&s), execute(&s));
+        assert_eq!((a.events, a.messages), (b.events, b.messages));
+    }
+}
