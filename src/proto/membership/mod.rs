@@ -44,6 +44,10 @@
 //!   failure instead of one per neighbor, and no child has to reach the root (on the engine,
 //!   a dial and a handshake each, in the middle of the stabilization). A child reports when
 //!   the hold runs out or an epoch comes without the failure.
+//! - With probing on, lost messages are sent again on the probe clock, a child that never
+//!   acknowledges is suspected (the FAILURE_ACK timeout), and views that split (a partition,
+//!   false suspicions both ways) merge again under the lower root ([`repair`]; ICS'06 lets a
+//!   cut-off subtree form its own view and stops there).
 
 mod repair;
 
