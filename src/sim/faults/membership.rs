@@ -3,10 +3,10 @@
 //! retransmissions. After the last fault the check waits, one millisecond at a time, until
 //! every live process holds one view of exactly the live processes, in one epoch of one
 //! root, none still joining and none waiting for acknowledgments, and holds it for three checks
-//! in a row; a schedule that does not get there within [`SETTLE_MAX`] is a violation, named
+//! in a row; a schedule that does not get there within [`super::SETTLE_MAX`] is a violation, named
 //! with the views it ended in.
 
-use super::{Applied, Fault, Outcome, Schedule};
+use super::{settle, Applied, Fault, Outcome, Schedule};
 use crate::proto::membership::{Membership, MembershipConfig, TreeMode};
 use crate::proto::views::SharedViews;
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
@@ -17,12 +17,6 @@ use std::time::Duration;
 const PROBE: (Duration, Duration) = (Duration::from_micros(200), Duration::from_micros(100));
 /// A joiner's retry.
 const RETRY: Duration = Duration::from_millis(1);
-/// How often the check looks, ns.
-const CHECK_EVERY: u64 = 1_000_000;
-/// Checks in a row that must hold.
-const STABLE_CHECKS: u32 = 3;
-/// Longest wait after the last fault, ns.
-pub const SETTLE_MAX: u64 = 500_000_000;
 
 fn world(s: &Schedule) -> TimedWorld<Membership> {
     let initial: Vec<NodeId> = (0..s.nodes as u64).map(NodeId).collect();
@@ -146,38 +140,14 @@ pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
         .filter(|&i| alive[i as usize])
         .map(|i| NodeId(i as u64))
         .collect();
-    let mut t = calm;
-    let mut stable = 0;
-    let mut since = calm;
-    loop {
-        t += CHECK_EVERY;
-        run_until(&mut w, t, &mut out.events, &trace);
-        match disagreement(&w, &live) {
-            None => {
-                if stable == 0 {
-                    since = t;
-                }
-                stable += 1;
-                if stable == STABLE_CHECKS {
-                    break;
-                }
-            }
-            Some(why) => {
-                stable = 0;
-                if t - calm >= SETTLE_MAX {
-                    out.violations.push(format!(
-                        "no agreement {} ms after the last fault: {why}",
-                        SETTLE_MAX / 1_000_000
-                    ));
-                    break;
-                }
-            }
-        }
-    }
-    out.converge_ns = since - calm;
-    out.sim_ns = t;
-    out.messages = w.sent;
-    out.net = w.fault_counts();
+    out.applied = applied;
+    settle(
+        &mut w,
+        calm,
+        &mut out,
+        |w, t, events| run_until(w, t, events, &trace),
+        |w| disagreement(w, &live),
+    );
     out.applied = applied;
     out
 }
@@ -225,7 +195,11 @@ fn disagreement(w: &TimedWorld<Membership>, live: &[NodeId]) -> Option<String> {
             None
         };
         if let Some(p) = problem {
-            return Some(format!("n{} {p}; live are {:?}", id.0, ids(live)));
+            return Some(format!(
+                "no agreement: n{} {p}; live are {:?}",
+                id.0,
+                ids(live)
+            ));
         }
     }
     None

@@ -19,6 +19,8 @@ pub mod overlay;
 mod shrink;
 
 use super::faultnet::{FaultCounts, LinkFaults};
+use super::timed::TimedWorld;
+use crate::proto::Protocol;
 use crate::rng::SimRng;
 use std::time::Duration;
 
@@ -212,6 +214,55 @@ impl Applied {
         self.hangs += o.hangs;
         self.partitions += o.partitions;
     }
+}
+
+/// How often the check looks after the last fault, ns.
+const CHECK_EVERY: u64 = 1_000_000;
+/// Checks in a row that must hold.
+const STABLE_CHECKS: u32 = 3;
+/// Longest wait after the last fault, ns.
+pub const SETTLE_MAX: u64 = 500_000_000;
+
+/// From `calm` on, run `w` (`run_until(w, t, events)`) and look every [`CHECK_EVERY`] for what
+/// is still `wrong`, until nothing is for [`STABLE_CHECKS`] checks in a row, or for
+/// [`SETTLE_MAX`] (a violation, with the last thing wrong); then fill in `out`.
+fn settle<P: Protocol>(
+    w: &mut TimedWorld<P>,
+    calm: u64,
+    out: &mut Outcome,
+    mut run_until: impl FnMut(&mut TimedWorld<P>, u64, &mut u64),
+    wrong: impl Fn(&TimedWorld<P>) -> Option<String>,
+) {
+    let (mut t, mut stable, mut since) = (calm, 0, calm);
+    loop {
+        t += CHECK_EVERY;
+        run_until(w, t, &mut out.events);
+        match wrong(w) {
+            None => {
+                if stable == 0 {
+                    since = t;
+                }
+                stable += 1;
+                if stable == STABLE_CHECKS {
+                    break;
+                }
+            }
+            Some(why) => {
+                stable = 0;
+                if t - calm >= SETTLE_MAX {
+                    out.violations.push(format!(
+                        "{} ms after the last fault, {why}",
+                        SETTLE_MAX / 1_000_000
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    out.converge_ns = since - calm;
+    out.sim_ns = t;
+    out.messages = w.sent;
+    out.net = w.fault_counts();
 }
 
 /// Draw the schedule of `seed`: a job of 3 to `max_nodes` processes.

@@ -5,7 +5,7 @@
 //! flight). After the last fault, every process's `Succ`, `Pred` and fingers must be the
 //! formulas over the tree's preorder, and stay so for three checks in a row.
 
-use super::{Applied, Fault, Outcome, Schedule};
+use super::{settle, Applied, Fault, Outcome, Schedule};
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::rng::SimRng;
@@ -13,13 +13,6 @@ use crate::sim::bmg::{overlay_of, wrong_fingers};
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
 use crate::sim::tree::Tree;
 use std::time::Duration;
-
-/// How often the check looks, ns.
-const CHECK_EVERY: u64 = 1_000_000;
-/// Checks in a row that must hold.
-const STABLE_CHECKS: u32 = 3;
-/// Longest wait after the last fault, ns.
-pub const SETTLE_MAX: u64 = 500_000_000;
 
 /// The launch tree of a schedule: random, `1..=degree` children per process above `depth`.
 pub fn tree(seed: u64, depth: u32, degree: u32) -> Tree {
@@ -75,35 +68,11 @@ pub fn execute(s: &Schedule) -> Outcome {
     let calm = s.calm_ns();
     run_until(&mut w, calm, &mut out.events);
     w.calm();
-    let (mut t, mut stable, mut since) = (calm, 0, calm);
-    loop {
-        t += CHECK_EVERY;
-        run_until(&mut w, t, &mut out.events);
+    out.applied = applied;
+    settle(&mut w, calm, &mut out, run_until, |w| {
         let wrong = wrong_fingers(&tree, w.nodes());
-        if wrong == 0 {
-            if stable == 0 {
-                since = t;
-            }
-            stable += 1;
-            if stable == STABLE_CHECKS {
-                break;
-            }
-        } else {
-            stable = 0;
-            if t - calm >= SETTLE_MAX {
-                out.violations.push(format!(
-                    "{wrong} of {n} processes with a wrong ring or finger {} ms after the last \
-                     fault",
-                    SETTLE_MAX / 1_000_000
-                ));
-                break;
-            }
-        }
-    }
-    out.converge_ns = since - calm;
-    out.sim_ns = t;
-    out.messages = w.sent;
-    out.net = w.fault_counts();
+        (wrong > 0).then(|| format!("{wrong} of {n} processes with a wrong ring or finger"))
+    });
     out.applied = applied;
     out
 }
