@@ -614,13 +614,17 @@ impl Membership {
 
     /// The current list position of `id` (its latest incarnation).
     fn position(&self, id: NodeId) -> Option<u32> {
+        self.position_in(&self.state, id)
+    }
+
+    /// The list position of `id`'s latest incarnation in the state `r`.
+    fn position_in(&self, r: &Regroup, id: NodeId) -> Option<u32> {
         let n = self.initial.len();
-        self.state
-            .appended
+        r.appended
             .iter()
             .rposition(|&x| x == id)
             .map(|p| (n + p) as u32)
-            .or_else(|| self.initial.binary_search(&id).ok().map(|r| r as u32))
+            .or_else(|| self.initial.binary_search(&id).ok().map(|p| p as u32))
     }
 
     /// Whether `id` is in the installed view.
@@ -630,14 +634,8 @@ impl Membership {
 
     /// Whether the state `r` counts `id` dead (its latest incarnation in `r`'s list).
     fn dead_in(&self, r: &Regroup, id: NodeId) -> bool {
-        let n = self.initial.len();
-        let at = r
-            .appended
-            .iter()
-            .rposition(|&x| x == id)
-            .map(|p| (n + p) as u32)
-            .or_else(|| self.initial.binary_search(&id).ok().map(|p| p as u32));
-        at.is_some_and(|p| r.dead.binary_search(&p).is_ok())
+        self.position_in(r, id)
+            .is_some_and(|p| r.dead.binary_search(&p).is_ok())
     }
 
     /// Whether the regroup `r` is to be installed over the installed state (module doc):

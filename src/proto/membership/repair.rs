@@ -66,12 +66,7 @@ impl Membership {
 
     /// Whether the state `r` counts `id` in its view (its latest incarnation, alive).
     fn live_in(&self, r: &Regroup, id: NodeId) -> bool {
-        let n = self.initial.len();
-        r.appended
-            .iter()
-            .rposition(|&x| x == id)
-            .map(|p| (n + p) as u32)
-            .or_else(|| self.initial.binary_search(&id).ok().map(|p| p as u32))
+        self.position_in(r, id)
             .is_some_and(|p| r.dead.binary_search(&p).is_err())
     }
 

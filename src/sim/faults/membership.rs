@@ -6,7 +6,7 @@
 //! in a row; a schedule that does not get there within [`super::SETTLE_MAX`] is a violation, named
 //! with the views it ended in.
 
-use super::{settle, Applied, Fault, Outcome, Schedule};
+use super::{apply_timing, settle, Applied, Fault, Outcome, Schedule};
 use crate::proto::membership::{Membership, MembershipConfig, TreeMode};
 use crate::proto::views::SharedViews;
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
@@ -89,6 +89,9 @@ pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
     for f in s.sorted_faults() {
         let t = f.at_us() * 1000;
         run_until(&mut w, t, &mut out.events, &trace);
+        if apply_timing(&mut w, &f, t, |i| alive[i as usize], &mut applied) {
+            continue;
+        }
         let live = alive.iter().filter(|&&a| a).count();
         match f {
             Fault::Crash { node, .. } if alive[node as usize] && live > 2 => {
@@ -120,15 +123,6 @@ pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
                 alive[node as usize] = true;
                 started[node as usize] = true;
                 applied.joins += 1;
-            }
-            Fault::Hang { node, for_us, .. } if alive[node as usize] => {
-                w.hang_at(t, node, Duration::from_micros(for_us));
-                applied.hangs += 1;
-            }
-            Fault::Partition { sides, for_us, .. } => {
-                w.partition_at(t, sides);
-                w.heal_at(t + for_us * 1000);
-                applied.partitions += 1;
             }
             _ => {}
         }

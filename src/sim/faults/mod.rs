@@ -216,6 +216,33 @@ impl Applied {
     }
 }
 
+/// Apply a fault of the network or of timing (a hang of a live process, a partition) to `w`
+/// at `t`; `false` for the faults each protocol applies itself (crashes, joins, recoveries).
+fn apply_timing<P: Protocol>(
+    w: &mut TimedWorld<P>,
+    f: &Fault,
+    t: u64,
+    alive: impl Fn(u32) -> bool,
+    applied: &mut Applied,
+) -> bool {
+    match f {
+        Fault::Hang { node, for_us, .. } => {
+            if alive(*node) {
+                w.hang_at(t, *node, Duration::from_micros(*for_us));
+                applied.hangs += 1;
+            }
+            true
+        }
+        Fault::Partition { sides, for_us, .. } => {
+            w.partition_at(t, sides.clone());
+            w.heal_at(t + for_us * 1000);
+            applied.partitions += 1;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// How often the check looks after the last fault, ns.
 const CHECK_EVERY: u64 = 1_000_000;
 /// Checks in a row that must hold.

@@ -5,7 +5,7 @@
 //! flight). After the last fault, every process's `Succ`, `Pred` and fingers must be the
 //! formulas over the tree's preorder, and stay so for three checks in a row.
 
-use super::{settle, Applied, Fault, Outcome, Schedule};
+use super::{apply_timing, settle, Applied, Outcome, Schedule};
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::rng::SimRng;
@@ -51,19 +51,8 @@ pub fn execute(s: &Schedule) -> Outcome {
     for f in s.sorted_faults() {
         let t = f.at_us() * 1000;
         run_until(&mut w, t, &mut out.events);
-        match f {
-            Fault::Hang { node, for_us, .. } if node < n => {
-                w.hang_at(t, node, Duration::from_micros(for_us));
-                applied.hangs += 1;
-            }
-            Fault::Partition { sides, for_us, .. } => {
-                w.partition_at(t, sides);
-                w.heal_at(t + for_us * 1000);
-                applied.partitions += 1;
-            }
-            // The construction has no crashes, joins or recoveries (module doc).
-            _ => {}
-        }
+        // The construction has no crashes, joins or recoveries (module doc): they are skipped.
+        apply_timing(&mut w, &f, t, |i| i < n, &mut applied);
     }
     let calm = s.calm_ns();
     run_until(&mut w, calm, &mut out.events);
@@ -86,7 +75,7 @@ fn run_until(w: &mut TimedWorld<Overlay>, t: u64, events: &mut u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{draw, FaultProtocol};
+    use super::super::{draw, Fault, FaultProtocol};
     use super::*;
     use crate::sim::faultnet::LinkFaults;
 
