@@ -511,11 +511,10 @@ impl<P: Protocol> TimedWorld<P> {
                     arrive = arrive.max(*last);
                     *last = arrive;
                 }
-                let mut deliveries = vec![(arrive, msg)];
-                if let (Some(after), Some(copy)) = (fate.dup, copy) {
-                    deliveries.push((arrive + after, copy));
-                }
-                for (arrive, msg) in deliveries {
+                let dup = fate.dup.zip(copy).map(|(after, c)| (arrive + after, c));
+                // The message, then its copy if the network duplicates it (no allocation: this
+                // runs for every message sent).
+                for (arrive, msg) in std::iter::once((arrive, msg)).chain(dup) {
                     let slot = self.hold(msg);
                     let incarnation = self.incarnation[to as usize];
                     let from_incarnation = self.incarnation[i as usize];
