@@ -18,6 +18,8 @@
 //! largest bound among the ranks whose times decide it: 0 when they all share rank 0's host.
 
 use super::control::{split, ControlError, ControlReceiver, ControlSender, Direction};
+use super::hosts::Cluster;
+use super::scenario::Fail;
 use super::scenario::Plan;
 use super::stabilize::{
     member_config, settle, summarize, BenchConfig, BenchError, BenchReport, Trial,
@@ -25,6 +27,7 @@ use super::stabilize::{
 use crate::bootstrap::{exchange, launch, Launch, ProcessEnv, Want};
 use crate::engine::monotonic_ns;
 use crate::proto::membership::Membership;
+use crate::rng::SimRng;
 use crate::transport::process::report_of;
 use crate::transport::{bind, spawn, NodeHandle, NodeOptions, NodeSpec};
 use crate::NodeId;
@@ -163,7 +166,8 @@ impl Rank {
         };
         send(
             &tx,
-            json!({"r": "hello", "rank": self.id.0, "boot": boot_id()}),
+            json!({"r": "hello", "rank": self.id.0, "boot": boot_id(), "host": host_name(),
+                   "netns_host": std::env::var(super::hosts::HOST_VAR).ok()}),
         )?;
         let mut listener = Some(listener);
         let mut node: Option<NodeHandle<Membership>> = None;
@@ -285,6 +289,17 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// The host this rank runs on: the namespace host of `weft bench stabilize --hosts`, else the
+/// machine's name.
+fn host_name() -> String {
+    if let Ok(h) = std::env::var(super::hosts::HOST_VAR) {
+        return format!("netns-h{h}");
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// Rank 0's side: one control connection per rank, their messages on one channel.
 struct Driver {
     down: Vec<ControlSender>,
@@ -292,6 +307,19 @@ struct Driver {
     timeout: Duration,
     /// Which ranks share rank 0's clock (the same boot id).
     same_clock: Vec<bool>,
+    /// Each rank's host, as it names it.
+    host: Vec<String>,
+    /// Each rank's host in the namespace cluster, under `--hosts`.
+    netns_host: Vec<Option<u32>>,
+}
+
+/// A host whose link a trial took down; it comes back up when the trial ends, however it ends.
+struct Downed<'a>(&'a Cluster, u32);
+
+impl Drop for Downed<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.up(self.1);
+    }
 }
 
 /// A rank's reported time put on rank 0's clock, with its error bound.
@@ -314,6 +342,8 @@ impl Driver {
         let (tx, up) = channel();
         let mut down: Vec<Option<ControlSender>> = (0..n).map(|_| None).collect();
         let mut same_clock = vec![false; n];
+        let mut host = vec![String::new(); n];
+        let mut netns_host = vec![None; n];
         let ours = boot_id();
         // `WEFT_CLOCK_SYNC=always` estimates every rank's offset, as for ranks on other hosts
         // (to check the estimate where the true offset is known: zero).
@@ -343,6 +373,9 @@ impl Driver {
                             down[rank] = Some(s);
                             same_clock[rank] =
                                 !ours.is_empty() && v["boot"] == ours.as_str() && !estimate_anyway;
+                            host[rank] = v["host"].as_str().unwrap_or("").to_string();
+                            netns_host[rank] =
+                                v["netns_host"].as_str().and_then(|h| h.parse().ok());
                             named += 1;
                             let tx: Sender<(u32, Value)> = tx.clone();
                             std::thread::spawn(move || {
@@ -366,6 +399,8 @@ impl Driver {
             up,
             timeout: cfg.timeout,
             same_clock,
+            host,
+            netns_host,
         })
     }
 
@@ -463,9 +498,63 @@ impl Driver {
         Ok(trials)
     }
 
-    /// One trial: a fresh job, its tree connected, the victims' nodes crashed, Ts measured.
+    /// For `--fail host` and `host-down`: the host drawn for trial `rep` (never rank 0's, which
+    /// drives) and the ranks on it, as named victims.
+    /// Also its index in the namespace cluster, if the ranks run on one.
+    fn host_victims(
+        &self,
+        cfg: &BenchConfig,
+        rep: u32,
+    ) -> Result<(String, Fail, Option<u32>), BenchError> {
+        let mut others: Vec<&String> = self.host.iter().filter(|h| **h != self.host[0]).collect();
+        others.sort();
+        others.dedup();
+        if others.is_empty() {
+            return Err(failed(format!(
+                "--fail {}: every rank runs on rank 0's host {:?}",
+                cfg.fail, self.host[0]
+            )));
+        }
+        let mut rng = SimRng::new(cfg.seed.wrapping_add(u64::from(rep)));
+        let h = others[rng.below(others.len() as u64) as usize].clone();
+        let on: Vec<NodeId> = (0..self.host.len() as u64)
+            .filter(|&r| self.host[r as usize] == h)
+            .map(NodeId)
+            .collect();
+        let index = self.netns_host[on[0].0 as usize];
+        Ok((h, Fail::Named(on), index))
+    }
+
+    /// One trial: a fresh job, its tree connected, the victims' nodes crashed (or their host's
+    /// link taken down), Ts measured.
     fn trial(&mut self, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
-        let plan = super::stabilize::plan(cfg, rep)?;
+        let mut silent = None;
+        let plan = match cfg.fail {
+            Fail::Host { silent: s } if !cfg.join => {
+                let (h, fail, index) = self.host_victims(cfg, rep)?;
+                if s {
+                    let cluster = std::env::var(super::hosts::CLUSTER_VAR).map_err(|_| {
+                        failed(format!(
+                            "--fail host-down takes a link down: it needs the hosts of \
+                             --hosts K ({} is not set)",
+                            super::hosts::CLUSTER_VAR
+                        ))
+                    })?;
+                    let cluster = Cluster::attach(&cluster).map_err(failed)?;
+                    let index =
+                        index.ok_or_else(|| failed(format!("host {h} is not a netns host")))?;
+                    silent = Some((cluster, index));
+                }
+                super::stabilize::plan(
+                    &BenchConfig {
+                        fail,
+                        ..cfg.clone()
+                    },
+                    rep,
+                )?
+            }
+            _ => super::stabilize::plan(cfg, rep)?,
+        };
         let survivors: Vec<u64> = plan.survivors().iter().map(|i| i.0).collect();
         let Plan {
             victims,
@@ -510,10 +599,20 @@ impl Driver {
         let on_ours = |who: u32, ns: u64| -> u64 {
             (i128::from(ns) - offsets[who as usize].ns).max(0) as u64
         };
-        for v in &victims {
-            self.tell(v.0 as usize, json!({"c": "kill"}))?;
-        }
         let mut killed_at: Option<u64> = None;
+        let _downed = match &silent {
+            Some((cluster, h)) => {
+                killed_at = Some(monotonic_ns());
+                cluster.down(*h).map_err(failed)?;
+                Some(Downed(cluster, *h))
+            }
+            None => {
+                for v in &victims {
+                    self.tell(v.0 as usize, json!({"c": "kill"}))?;
+                }
+                None
+            }
+        };
         let mut detected: Option<u64> = None;
         let mut last_view: HashMap<u64, ((u64, u64), Vec<u64>)> = HashMap::new();
         let mut decided: HashSet<u32> = HashSet::new();

@@ -26,6 +26,7 @@ pub mod broadcast;
 pub mod checkpoint;
 pub mod control;
 pub mod heartbeat;
+pub mod hosts;
 pub mod ida;
 pub mod launched;
 pub mod ping;

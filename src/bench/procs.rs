@@ -43,7 +43,7 @@ fn failed(what: impl std::fmt::Display) -> BenchError {
 /// `Job`'s drop runs only for the first two, and only if they unwind): the kernel sends it
 /// SIGKILL when the thread that started it exits (`PR_SET_PDEATHSIG`). A launcher that died
 /// before the child got that far is noticed by the parent id having changed.
-fn dies_with_launcher(cmd: &mut Command) {
+pub(crate) fn dies_with_launcher(cmd: &mut Command) {
     // SAFETY: getpid has no preconditions.
     let launcher = unsafe { libc::getpid() };
     // SAFETY: the closure runs in the child between fork and exec, and makes only

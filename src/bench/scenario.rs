@@ -25,6 +25,13 @@ pub enum Fail {
     RootPlus(usize),
     /// These processes, killed in this order (`n0,n1`: the root, then the next in line).
     Named(Vec<NodeId>),
+    /// Every process of a random host other than the root's: crashed together (`host`), or
+    /// cut off silently by its link going down (`host-down`: nothing says goodbye). Only a
+    /// job whose ranks say which host they are on can draw it ([`super::launched`]).
+    Host {
+        /// The link goes down instead of the processes crashing.
+        silent: bool,
+    },
 }
 
 impl Fail {
@@ -35,6 +42,8 @@ impl Fail {
             Fail::Multi(k) => *k,
             Fail::RootPlus(k) => k + 1,
             Fail::Named(v) => v.len(),
+            // At least one; how many is known once the ranks have said where they are.
+            Fail::Host { .. } => 1,
         }
     }
 
@@ -67,12 +76,16 @@ impl Fail {
 impl FromStr for Fail {
     type Err = String;
     fn from_str(s: &str) -> Result<Fail, String> {
-        let bad = || format!("--fail {s:?}: expected leaf, inner, root, multi:K or root+K");
+        let bad = || {
+            format!("--fail {s:?}: expected leaf, inner, root, multi:K, root+K, host or host-down")
+        };
         let count = |k: &str| k.parse::<usize>().map_err(|_| bad());
         Ok(match s {
             "leaf" => Fail::Leaf,
             "inner" => Fail::Inner,
             "root" => Fail::Root,
+            "host" => Fail::Host { silent: false },
+            "host-down" => Fail::Host { silent: true },
             _ if s.starts_with("multi:") => match count(&s[6..])? {
                 0 => return Err(format!("--fail {s:?}: multi:K kills K >= 1 processes")),
                 k => Fail::Multi(k),
@@ -91,6 +104,8 @@ impl fmt::Display for Fail {
             Fail::Root => f.write_str("root"),
             Fail::Multi(k) => write!(f, "multi:{k}"),
             Fail::RootPlus(k) => write!(f, "root+{k}"),
+            Fail::Host { silent: false } => f.write_str("host"),
+            Fail::Host { silent: true } => f.write_str("host-down"),
             Fail::Named(v) => {
                 let names: Vec<String> = v.iter().map(|id| id.to_string()).collect();
                 f.write_str(&names.join(","))
@@ -150,6 +165,11 @@ pub fn victims(
             ids(v)
         }
         Fail::Named(v) => v.clone(),
+        Fail::Host { .. } => {
+            return Err(format!(
+                "--fail {fail}: needs processes on several hosts (--hosts K, or a launcher)"
+            ))
+        }
     })
 }
 
@@ -232,6 +252,9 @@ mod tests {
         assert_eq!("multi:3".parse::<Fail>(), Ok(Fail::Multi(3)));
         assert_eq!("root+2".parse::<Fail>(), Ok(Fail::RootPlus(2)));
         assert!("sideways".parse::<Fail>().is_err());
+        for s in ["host", "host-down", "multi:3", "root+2", "leaf"] {
+            assert_eq!(s.parse::<Fail>().map(|f| f.to_string()), Ok(s.to_string()));
+        }
         assert!("multi:0".parse::<Fail>().is_err(), "kills nobody");
         assert!("multi:-1".parse::<Fail>().is_err());
         assert_eq!(

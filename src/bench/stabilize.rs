@@ -73,7 +73,7 @@ pub struct BenchConfig {
 }
 
 /// How a job's in-process nodes are spread over the reactors (one per core).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Placement {
     /// Whole subtrees of the initial radix tree per reactor ([`RadixTree::preorder_blocks`]):
@@ -505,7 +505,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
 }
 
 /// A benchmark's figures (a JSON line of `weft bench stabilize --json`).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct BenchReport {
     /// Nodes.
     pub nodes: u32,
@@ -564,6 +564,12 @@ pub struct BenchReport {
     /// (the ranks' times are put on rank 0's clock with Cristian's round trips).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clock_err_us: Option<f64>,
+    /// Under `--hosts K`: the network-namespace hosts the ranks were spread over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<u32>,
+    /// Under `--hosts K --shape RATE`: every host's link rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<String>,
 }
 
 /// The floor of this benchmark's stabilization on this machine ([`super::bare_wave`]): one
@@ -617,6 +623,12 @@ pub fn check(cfg: &BenchConfig) -> Result<(), BenchError> {
         return Err(BenchError::Config(
             "joins are measured with in-process nodes only".into(),
         ));
+    }
+    if let super::scenario::Fail::Host { .. } = cfg.fail {
+        // The host is drawn once the ranks have said where they run.
+        return super::scenario::plan(cfg.nodes, cfg.radix, None, cfg.seed, 0)
+            .map(drop)
+            .map_err(BenchError::Config);
     }
     plan(cfg, 0).map(drop)
 }
@@ -702,5 +714,7 @@ pub(crate) fn summarize(
         ranks: None,
         launcher: None,
         clock_err_us: clock_err.map(|d| d.as_secs_f64() * 1e6),
+        hosts: None,
+        shape: None,
     }
 }

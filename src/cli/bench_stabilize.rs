@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use weft::bench::bare_wave::WaveReport;
+use weft::bench::scenario::Fail;
 use weft::bench::stabilize::{floor, run as run_bench, BenchConfig, BenchReport};
 use weft::rng::SimRng;
 
@@ -69,6 +70,19 @@ pub struct BenchStabilizeArgs {
     /// stays for the next trial.
     #[arg(long, value_enum, conflicts_with_all = ["procs", "compare", "join", "nodes_list", "plot"])]
     bootstrap: Option<BootstrapArg>,
+    /// Spread the nodes over K hosts made on this machine (network namespaces on a bridge,
+    /// root needed): one `--bootstrap env` process per node, in blocks, rank 0 on host 0
+    /// driving. Makes --fail host and host-down possible. Several --nodes-list sizes run one
+    /// job each.
+    #[arg(long, conflicts_with_all = ["procs", "compare", "join", "plot", "bootstrap"])]
+    hosts: Option<u32>,
+    /// With --hosts: shape every host's link to this rate both ways (`tc … tbf`), e.g. 1gbit.
+    #[arg(long, requires = "hosts")]
+    shape: Option<String>,
+    /// Suspect a silent peer (no reset, no answer: a host that vanished) after this long, ms.
+    /// Only --fail host-down waits for it.
+    #[arg(long)]
+    dead_after_ms: Option<u64>,
 }
 
 /// Run `weft bench stabilize`.
@@ -93,7 +107,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     // Every size is checked (and its first trial planned) before the first one runs.
     let mut configs = Vec::new();
     for &n in &sizes {
-        let cfg = BenchConfig {
+        let mut cfg = BenchConfig {
             timeout,
             procs: procs.clone(),
             batch,
@@ -101,11 +115,29 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             placement: a.placement.into(),
             ..a.tree.bench(n, fail.clone(), seed, &a.engine)
         };
+        if let Some(ms) = a.dead_after_ms {
+            let d = checks::positive_duration("--dead-after-ms", ms as f64, 1e-3)?;
+            cfg.opts.reactor.dead_after = Some(d);
+        }
         weft::bench::stabilize::check(&cfg).map_err(|e| anyhow::anyhow!("{n} nodes: {e}"))?;
         configs.push(cfg);
     }
     if let Some(p) = &a.plot {
         checks::writable("--plot", p)?;
+    }
+    if matches!(fail, Fail::Host { .. }) && a.hosts.is_none() && a.bootstrap.is_none() {
+        anyhow::bail!("--fail {fail}: needs processes on several hosts (--hosts K or --bootstrap)");
+    }
+    if let Some(k) = a.hosts {
+        let cluster = weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?;
+        let exe = std::env::current_exe()?;
+        let args = forwarded(std::env::args_os());
+        for &n in &sizes {
+            for r in weft::bench::hosts::run(&exe, &cluster, a.shape.as_deref(), n, &args)? {
+                print_launched(&a, &r)?;
+            }
+        }
+        return Ok(());
     }
     if let Some(b) = a.bootstrap {
         let want = b.want().ok_or_else(|| {
@@ -283,13 +315,26 @@ fn launched(
     let Some(r) = weft::bench::launched::run(&cfg, want, a.repeat, |_, _| {})? else {
         return Ok(());
     };
+    print_launched(a, &r)
+}
+
+/// Rank 0's report of a launched job (or of one on `--hosts`).
+fn print_launched(a: &BenchStabilizeArgs, r: &BenchReport) -> anyhow::Result<()> {
     if a.json {
         say!("{}", serde_json::to_string(&r)?);
     } else {
+        let on = match r.hosts {
+            Some(k) => format!(
+                "on {k} netns hosts{}",
+                r.shape
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" shaped to {s}"))
+            ),
+            None => format!("under {}", r.launcher.as_deref().unwrap_or("?")),
+        };
         say!(
-            "weft bench stabilize: {} ranks under {}, radix {}, fail {}, {} trials (fresh jobs), seed {}",
+            "weft bench stabilize: {} ranks {on}, radix {}, fail {}, {} trials (fresh jobs), seed {}",
             r.ranks.unwrap_or(r.nodes),
-            r.launcher.as_deref().unwrap_or("?"),
             r.radix,
             r.fail,
             r.repeat,
@@ -310,4 +355,38 @@ fn launched(
     }
     anyhow::ensure!(r.views_agree, "survivors did not agree on one view");
     Ok(())
+}
+
+/// This command's own flags, for the ranks it starts on `--hosts`: what follows `stabilize`,
+/// less what only the harness reads (`--hosts`, `--shape`, the sizes, `--json`).
+fn forwarded(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const VALUED: [&str; 4] = ["--hosts", "--shape", "--nodes", "--nodes-list"];
+    let mut out = Vec::new();
+    let mut args = args.skip_while(|a| a != "stabilize").skip(1);
+    while let Some(a) = args.next() {
+        let s = a.to_string_lossy();
+        if VALUED.contains(&s.as_ref()) {
+            args.next();
+        } else if s == "--json" || VALUED.iter().any(|f| s.starts_with(&format!("{f}="))) {
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forwarded;
+
+    #[test]
+    fn the_harness_keeps_the_trial_flags_and_drops_its_own() {
+        let args = "weft bench stabilize --hosts 4 --nodes-list 8,16 --fail host-down \
+                    --shape=1gbit --json --nodes=8 --repeat 3 --seed 7";
+        let got: Vec<String> = forwarded(args.split_whitespace().map(Into::into))
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(got, ["--fail", "host-down", "--repeat", "3", "--seed", "7"]);
+    }
 }

@@ -65,7 +65,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How the tree follows failures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TreeMode {
     /// The paper's local recalculation: a failed node's children move to its parent.
