@@ -932,6 +932,12 @@ fn sim_faults_checks_replays_and_refuses() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("no agreement"), "{text}");
+    // A hand-edited file names its wrong field instead of panicking.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(r#""radix":2"#, r#""radix":3"#)).unwrap();
+    let out = weft(&["sim", "faults", "--replay", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("radix 3"), "{err}");
     let out = weft(&["sim", "faults", "--protocol", "gossip"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("gossip"));

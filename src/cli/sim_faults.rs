@@ -41,6 +41,8 @@ pub fn run_cmd(a: SimFaultsArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let s: Schedule = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{} is not a schedule: {e}", path.display()))?;
+        s.check()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let out = if a.trace && s.protocol == FaultProtocol::Membership {
             let lines = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
             let out = weft::sim::faults::membership::execute_traced(&s, Some(lines.clone()));

@@ -153,6 +153,118 @@ impl Schedule {
         last.clamp(MIN_CALM_US, CALM_CAP_US) * 1000
     }
 
+    /// Whether this schedule can run: a replayed file may have been edited by hand, and a
+    /// wrong field is named here rather than found as a panic (or an endless run) later.
+    pub fn check(&self) -> Result<(), String> {
+        let total = u64::from(self.nodes) + u64::from(self.spare);
+        let rate = |name: &str, r: f64| {
+            if (0.0..=1.0).contains(&r) {
+                Ok(())
+            } else {
+                Err(format!("net.{name} {r}: a probability, between 0 and 1"))
+            }
+        };
+        rate("loss", self.net.loss)?;
+        rate("dup", self.net.dup)?;
+        rate("reorder", self.net.reorder)?;
+        rate("tail", self.net.tail)?;
+        if self.net.tail_max > Duration::from_secs(1) {
+            return Err("net.tail_max_us: at most 1 s".into());
+        }
+        match self.protocol {
+            FaultProtocol::Membership => {
+                if !(2..=MAX_REPLAY_NODES).contains(&self.nodes) {
+                    return Err(format!(
+                        "nodes {}: between 2 and {MAX_REPLAY_NODES}",
+                        self.nodes
+                    ));
+                }
+                if self.spare > MAX_REPLAY_NODES {
+                    return Err(format!("spare {}: at most {MAX_REPLAY_NODES}", self.spare));
+                }
+                if self.radix < 2 || !self.radix.is_power_of_two() {
+                    return Err(format!("radix {}: a power of two >= 2", self.radix));
+                }
+            }
+            FaultProtocol::Bmg => {
+                if self.spare != 0 {
+                    return Err("spare: the construction has no joiners (0)".into());
+                }
+                if !(1..=64).contains(&self.radix) || !(1..=20).contains(&self.tree_depth) {
+                    return Err(format!(
+                        "radix {} and tree_depth {}: 1..=64 children, depth 1..=20",
+                        self.radix, self.tree_depth
+                    ));
+                }
+                // The most a tree of this depth and degree can hold, before drawing it.
+                let most = (0..=self.tree_depth).try_fold(0u64, |acc, d| {
+                    acc.checked_add(u64::from(self.radix).checked_pow(d)?)
+                });
+                if most.is_none_or(|m| m > u64::from(MAX_REPLAY_NODES) * 16) {
+                    return Err(format!(
+                        "radix {} and tree_depth {}: the tree could pass {} processes",
+                        self.radix,
+                        self.tree_depth,
+                        MAX_REPLAY_NODES * 16
+                    ));
+                }
+                let n = overlay::tree(self.seed, self.tree_depth, self.radix).len();
+                if n != self.nodes as usize {
+                    return Err(format!(
+                        "nodes {}: the tree of seed {}, depth {} and degree {} has {n}",
+                        self.nodes, self.seed, self.tree_depth, self.radix
+                    ));
+                }
+            }
+        }
+        for (i, f) in self.faults.iter().enumerate() {
+            let bad = |why: String| Err(format!("faults[{i}]: {why}"));
+            // The run simulates up to the last fault's start; what lasts past the check (a
+            // partition that never heals) is not waited for, but must not overflow a time.
+            if f.at_us() > MAX_REPLAY_US {
+                return bad(format!(
+                    "starts after {} µs: at most {MAX_REPLAY_US}",
+                    f.at_us()
+                ));
+            }
+            if let Fault::Hang { for_us, .. } | Fault::Partition { for_us, .. } = f {
+                if *for_us > MAX_HOLD_US {
+                    return bad(format!("lasts {for_us} µs: at most {MAX_HOLD_US}"));
+                }
+            }
+            let member = |node: u32, from: u64, to: u64, what: &str| {
+                if (from..to).contains(&u64::from(node)) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "faults[{i}]: node {node} is not {what} ({from}..{to})"
+                    ))
+                }
+            };
+            let timing_only = self.protocol == FaultProtocol::Bmg;
+            match f {
+                Fault::Crash { node, .. } | Fault::Recover { node, .. } if !timing_only => {
+                    member(*node, 0, total, "a process of the job")?
+                }
+                Fault::Join { node, .. } if !timing_only => {
+                    member(*node, u64::from(self.nodes), total, "a spare slot")?
+                }
+                Fault::CrashRoot { .. } if !timing_only => {}
+                Fault::Hang { node, .. } => member(*node, 0, total, "a process of the job")?,
+                Fault::Partition { sides, .. } => {
+                    if sides.len() as u64 != total {
+                        return bad(format!(
+                            "{} sides for {total} processes (nodes + spare)",
+                            sides.len()
+                        ));
+                    }
+                }
+                _ => return bad("the construction has no crashes, recoveries or joins".into()),
+            }
+        }
+        Ok(())
+    }
+
     /// The faults in time order.
     pub fn sorted_faults(&self) -> Vec<Fault> {
         let mut f = self.faults.clone();
@@ -160,6 +272,13 @@ impl Schedule {
         f
     }
 }
+
+/// Most processes a replayed schedule may start with (drawn ones have `--max-nodes`).
+pub const MAX_REPLAY_NODES: u32 = 4096;
+/// Latest start of a replayed schedule's fault, µs.
+pub const MAX_REPLAY_US: u64 = 60_000_000;
+/// Longest hang or partition of a replayed schedule, µs (a week: "never heals").
+pub const MAX_HOLD_US: u64 = 604_800_000_000;
 
 /// The network misbehaves at least this long (µs), even with no timed fault.
 const MIN_CALM_US: u64 = 2_000;
@@ -487,6 +606,95 @@ pub fn run(cfg: &FaultsConfig, mut progress: impl FnMut(u32)) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drawn_schedules_pass_their_check_and_every_wrong_field_is_named() {
+        for seed in 0..500 {
+            for p in [FaultProtocol::Membership, FaultProtocol::Bmg] {
+                let s = draw(p, seed, 16);
+                assert_eq!(s.check(), Ok(()), "{s:?}");
+            }
+        }
+        // A membership schedule with one of each fault, then one field broken at a time.
+        let mut base = draw(FaultProtocol::Membership, 7, 16);
+        base.spare = 1;
+        let total = (base.nodes + base.spare) as usize;
+        base.faults = vec![
+            Fault::Crash { at_us: 10, node: 0 },
+            Fault::Join {
+                at_us: 20,
+                node: base.nodes,
+            },
+            Fault::Partition {
+                at_us: 30,
+                sides: vec![0; total],
+                for_us: 5,
+            },
+        ];
+        assert_eq!(base.check(), Ok(()));
+        type Break = Box<dyn Fn(&mut Schedule)>;
+        let broken: Vec<(Break, &str)> = vec![
+            (Box::new(|s| s.radix = 3), "radix 3"),
+            (Box::new(|s| s.nodes = 1), "nodes 1"),
+            (Box::new(|s| s.net.loss = 1.5), "net.loss"),
+            (Box::new(|s| s.net.dup = f64::NAN), "net.dup"),
+            (
+                Box::new(|s| s.faults[0] = Fault::Crash { at_us: 1, node: 99 }),
+                "node 99",
+            ),
+            (
+                Box::new(|s| s.faults[1] = Fault::Join { at_us: 1, node: 0 }),
+                "a spare slot",
+            ),
+            (
+                Box::new(|s| {
+                    s.faults[2] = Fault::Partition {
+                        at_us: 1,
+                        sides: vec![0],
+                        for_us: 1,
+                    }
+                }),
+                "1 sides",
+            ),
+            (
+                Box::new(|s| {
+                    s.faults[2] = Fault::Hang {
+                        at_us: u64::MAX,
+                        node: 0,
+                        for_us: 9,
+                    }
+                }),
+                "starts after",
+            ),
+            (
+                Box::new(|s| {
+                    s.faults[2] = Fault::Hang {
+                        at_us: 1,
+                        node: 0,
+                        for_us: u64::MAX,
+                    }
+                }),
+                "lasts",
+            ),
+        ];
+        for (breaks, says) in broken {
+            let mut s = base.clone();
+            breaks(&mut s);
+            let e = s.check().expect_err(says);
+            assert!(e.contains(says), "{e:?} does not say {says:?}");
+        }
+        // The construction: its size is the tree's, and it has no crashes.
+        let mut b = draw(FaultProtocol::Bmg, 7, 16);
+        b.nodes += 1;
+        assert!(b.check().is_err_and(|e| e.contains("has")));
+        let mut b = draw(FaultProtocol::Bmg, 7, 16);
+        b.faults = vec![Fault::CrashRoot { at_us: 1 }];
+        assert!(b.check().is_err_and(|e| e.contains("no crashes")));
+        let mut b = draw(FaultProtocol::Bmg, 7, 16);
+        b.tree_depth = 20;
+        b.radix = 64;
+        assert!(b.check().is_err_and(|e| e.contains("could pass")));
+    }
 
     /// A bounded share of the long run, in every test run: these seeds pass today, so a change
     /// that breaks one fails here with the seed named.
