@@ -154,6 +154,26 @@ fn hosts_refuse_clearly_without_root_and_host_failures_without_hosts() {
         !out.status.success() && err.contains("several hosts"),
         "{err}"
     );
+    for (args, says) in [
+        (
+            &["--hosts", "5", "--nodes", "4", "--fail", "leaf"][..],
+            "leaves a host empty",
+        ),
+        (
+            &["--hosts", "1", "--nodes", "4", "--fail", "host"][..],
+            "--hosts 2 or more",
+        ),
+    ] {
+        let out = common::weft_command(&[], &["bench", "stabilize"])
+            .args(args)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
     let out = common::weft_command(
         &[],
         &["bench", "stabilize", "--hosts", "2", "--shape", "fast"],

@@ -129,6 +129,14 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--fail {fail}: needs processes on several hosts (--hosts K or --bootstrap)");
     }
     if let Some(k) = a.hosts {
+        for &n in &sizes {
+            weft::bench::hosts::check(n, k)?;
+        }
+        if matches!(fail, Fail::Host { .. }) && k < 2 {
+            anyhow::bail!(
+                "--fail {fail} fails a host other than rank 0's: needs --hosts 2 or more"
+            );
+        }
         let cluster = weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?;
         let exe = std::env::current_exe()?;
         let args = forwarded(std::env::args_os());

@@ -34,6 +34,16 @@ pub fn host_of(rank: u32, n: u32, k: u32) -> u32 {
     (u64::from(rank) * u64::from(k) / u64::from(n)) as u32
 }
 
+/// Whether `nodes` ranks can spread over `hosts` hosts (checked before the hosts are made).
+pub fn check(nodes: u32, hosts: u32) -> Result<(), BenchError> {
+    if nodes < hosts {
+        return Err(failed(format!(
+            "{nodes} nodes on {hosts} hosts leaves a host empty"
+        )));
+    }
+    Ok(())
+}
+
 /// The ranks of one job; all killed when dropped.
 struct Ranks(Vec<Child>);
 
@@ -62,11 +72,7 @@ pub fn run(
     args: &[OsString],
 ) -> Result<Vec<BenchReport>, BenchError> {
     let k = cluster.hosts();
-    if nodes < k {
-        return Err(failed(format!(
-            "{nodes} nodes on {k} hosts leaves a host empty"
-        )));
-    }
+    check(nodes, k)?;
     let key = JobKey::generate().map_err(failed)?;
     let rendezvous = format!("{}:{RENDEZVOUS_PORT}", cluster.addr(0));
     let mut ranks = Ranks(Vec::new());
