@@ -16,6 +16,11 @@
 //! method (the best of several round trips over the control channel; error bound = half that
 //! round trip) and puts its reported times on its own clock. The trial's `clock_err` is the
 //! largest bound among the ranks whose times decide it: 0 when they all share rank 0's host.
+//!
+//! **Hosts fail too.** Every rank names its host in its hello; `--fail host` crashes every
+//! node of a host drawn per trial (never rank 0's), and `--fail host-down`, on the namespace
+//! hosts of [`super::hosts`], takes that host's link down instead, so that nothing says
+//! goodbye, and brings it back when the trial ends.
 
 use super::control::{split, ControlError, ControlReceiver, ControlSender, Direction};
 use super::hosts::Cluster;
@@ -499,8 +504,8 @@ impl Driver {
     }
 
     /// For `--fail host` and `host-down`: the host drawn for trial `rep` (never rank 0's, which
-    /// drives) and the ranks on it, as named victims.
-    /// Also its index in the namespace cluster, if the ranks run on one.
+    /// drives), the ranks on it as named victims, and its index in the namespace cluster if
+    /// the ranks run on one.
     fn host_victims(
         &self,
         cfg: &BenchConfig,

@@ -100,8 +100,9 @@ impl TreeArgs {
 /// Which processes fail, shared by the commands that kill some.
 #[derive(Args, Debug)]
 pub struct FailArgs {
-    /// leaf, inner, root, multi:K (K random non-root processes) or root+K (the root and K
-    /// others).
+    /// leaf, inner, root, multi:K (K random non-root processes), root+K (the root and K
+    /// others), or with processes on several hosts (--hosts, a launcher) host (every process
+    /// of a host crashes) or host-down (its link goes down; see --dead-after-ms).
     #[arg(long, default_value = "inner")]
     pub fail: Fail,
     /// Kill these processes, in this order, instead of a --fail draw: n0,n1 (the root, then
