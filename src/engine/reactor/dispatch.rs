@@ -529,29 +529,40 @@ where
     }
 
     /// Carry out what hosted node `h`'s protocol asked for.
+    ///
+    /// Not again from within: a send that fails on the way closes its connection, and the
+    /// protocol, told of the suspicion there (`close`), may answer with messages of its own.
+    /// Carried out at once, they would overtake what it had queued before them (a peer would
+    /// get a later message before an earlier one, breaking FIFO per pair, which protocols
+    /// rely on); they wait in the outbox until the loop below reaches them.
     pub(super) fn apply_outbox(&mut self, h: usize) -> Result<(), EngineError> {
-        if self.outbox.is_empty() {
+        if self.applying {
             return Ok(());
         }
-        // Work on the outbox's own storage (no allocation per call); anything the protocol
-        // adds meanwhile (on_suspect during a failed send) lands in the fresh one and is
-        // carried over below.
-        let mut outbox = std::mem::take(&mut self.outbox);
-        for a in outbox.drain() {
-            match a {
-                Action::Send { to, msg } => self.send(h, to, msg)?,
-                Action::SetTimer { timer, after } => {
-                    let at = self.now() + after;
-                    self.timers.set(Due::Protocol(h, timer), at);
+        self.applying = true;
+        let done = self.apply_queued(h);
+        self.applying = false;
+        done
+    }
+
+    fn apply_queued(&mut self, h: usize) -> Result<(), EngineError> {
+        while !self.outbox.is_empty() {
+            // Work on the outbox's own storage (no allocation per call); anything the protocol
+            // adds meanwhile lands in the fresh one and goes next round.
+            let mut outbox = std::mem::take(&mut self.outbox);
+            for a in outbox.drain() {
+                match a {
+                    Action::Send { to, msg } => self.send(h, to, msg)?,
+                    Action::SetTimer { timer, after } => {
+                        let at = self.now() + after;
+                        self.timers.set(Due::Protocol(h, timer), at);
+                    }
+                    Action::CancelTimer(t) => self.timers.cancel(Due::Protocol(h, t)),
+                    Action::Report(e) => self.emit(h, NodeEvent::Protocol(e)),
                 }
-                Action::CancelTimer(t) => self.timers.cancel(Due::Protocol(h, t)),
-                Action::Report(e) => self.emit(h, NodeEvent::Protocol(e)),
             }
-        }
-        let added = std::mem::replace(&mut self.outbox, outbox);
-        if !added.is_empty() {
+            let added = std::mem::replace(&mut self.outbox, outbox);
             self.outbox.append(added);
-            return self.apply_outbox(h);
         }
         Ok(())
     }

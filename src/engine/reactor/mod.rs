@@ -198,6 +198,8 @@ struct Reactor<P: Protocol, B> {
     by_id: IdMap<NodeId, usize>,
     conns: Conns,
     outbox: Outbox<P::Msg>,
+    /// Whether [`Reactor::apply_outbox`] is carrying out actions (see there).
+    applying: bool,
     timers: Timers<Due>,
     /// Nanoseconds since the cluster's epoch, for protocols and timers.
     clock: Clock,
@@ -339,6 +341,7 @@ where
             by_id,
             conns: Conns::default(),
             outbox: Outbox::new(),
+            applying: false,
             timers: Timers::default(),
             clock,
             commands,
