@@ -43,6 +43,16 @@ pub enum Request {
     },
     /// The live view changed (from the membership service).
     View(Vec<NodeId>),
+    /// Forget every checkpoint numbered from `from` to below `below`, a dispersal among them
+    /// included: a job that rolled back to the checkpoint before `from` drops what it took
+    /// after it, so that those versions hold no place in the window of
+    /// [`StorageConfig::keep_versions`].
+    Discard {
+        /// The first number forgotten.
+        from: u64,
+        /// The first number of the checkpoints taken from now on.
+        below: u64,
+    },
 }
 
 /// Settings shared by every process of a job.
@@ -58,6 +68,17 @@ pub struct StorageConfig {
     pub seed: u64,
     /// BACKTRACKs so far: neighborhoods are `2^u · N_0`.
     pub backtracks: u32,
+    /// Checkpoint versions a process keeps (its own snapshots and others' pieces), the newest
+    /// ones: 2 by default (the checkpoint being taken and the last complete one); a job whose
+    /// processes may be a checkpoint apart when one fails needs 3 (`crate::bsp::node`).
+    pub keep_versions: usize,
+    /// Draw neighborhoods over the view the application gave ([`Request::View`]) only, a
+    /// suspected holder's pieces counted as lost. Without it a checkpoint is placed over the
+    /// view less this process's own suspicions, which is right for one owner but lets two
+    /// processes that suspect at different moments place one version differently; a job that
+    /// agrees on its views before it checkpoints (Robust-BSP's epochs) sets it, so that any
+    /// process recovers any state from its own snapshot of the placement.
+    pub agreed_views: bool,
 }
 
 impl Default for StorageConfig {
@@ -68,6 +89,8 @@ impl Default for StorageConfig {
             quota: 4 << 30,
             seed: 0,
             backtracks: 0,
+            keep_versions: 2,
+            agreed_views: false,
         }
     }
 }
@@ -200,6 +223,7 @@ impl Storage {
                 self.view.sort_unstable();
                 self.view.dedup();
             }
+            Request::Discard { from, below } => self.discard(from..below),
         }
         self.version_counter += 1;
     }
@@ -239,7 +263,7 @@ impl Storage {
             .view
             .iter()
             .copied()
-            .filter(|x| !self.suspected.contains(x))
+            .filter(|x| self.cfg.agreed_views || !self.suspected.contains(x))
             .collect();
         let placement = Placement::new(self.cfg.scheme, &live, self.cfg.seed, self.cfg.backtracks);
         if matches!(self.cfg.scheme, Scheme::Xor { .. })
@@ -413,14 +437,30 @@ impl Storage {
 
     // ---- holder -------------------------------------------------------------------------
 
-    /// Remember `version` and forget everything of versions older than the two newest.
+    /// Remember `version` and forget everything of versions older than the
+    /// [`StorageConfig::keep_versions`] newest.
     fn note_version(&mut self, version: u64) {
-        if !self.versions.insert(version) || self.versions.len() <= 2 {
+        if !self.versions.insert(version) || self.versions.len() <= self.cfg.keep_versions.max(1) {
             return;
         }
-        let Some(old) = self.versions.pop_first() else {
-            return;
-        };
+        if let Some(old) = self.versions.pop_first() {
+            self.forget(old);
+        }
+    }
+
+    /// Drop the versions in `range` ([`Request::Discard`]).
+    fn discard(&mut self, range: std::ops::Range<u64>) {
+        let gone: Vec<u64> = self.versions.range(range.clone()).copied().collect();
+        for v in gone {
+            self.versions.remove(&v);
+            self.forget(v);
+        }
+        // Confirmations still on their way find no dispersal and are ignored.
+        self.dispersing.take_if(|d| range.contains(&d.version));
+    }
+
+    /// Free every piece, parity and snapshot of version `old`.
+    fn forget(&mut self, old: u64) {
         let mut freed = 0;
         self.held.retain(|k, (_, body)| {
             let keep = k.version != old;
