@@ -13,13 +13,16 @@
 //! with neighborhoods doubled and drawn again; an epoch that ends clean makes a new SafeState
 //! (GLOBALSTORAGE, `Λ = ⌈2αn / (N_u + 2)⌉` replicas, Lemma 3.12).
 //!
-//! What exists: the programs ([`app`]), ALB ([`alb`]) and the strategy in the simulator
+//! What exists: the programs ([`app`]), ALB ([`alb`]), the strategy in the simulator
 //! (`crate::sim::bsp`, `weft sim bsp`), which executes the program's threads for real and
-//! checks the result against a fault-free run. Not yet: the engine driver (`weft bsp run` on
-//! in-process nodes with kills).
+//! checks the result against a fault-free run, and the processors that run a program on the
+//! engine ([`node`], `weft bsp run`): checkpoints in IDA neighborhoods after every superstep,
+//! agreement among the survivors on where to resume, adoption of the dead's virtual
+//! processors (its header says where it departs from the paper).
 
 pub mod alb;
 pub mod app;
+pub mod node;
 
 /// A BSP program: what virtual processor `vid` of `v` does in superstep `k` with its state
 /// and the messages sent to it in superstep `k − 1` (sorted by sender). Deterministic, so a

@@ -45,6 +45,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (7, "agreement"),
     (8, "route"),
     (9, "grid"),
+    (10, "bsp"),
 ];
 
 /// The first tag left to applications.
@@ -78,5 +79,6 @@ mod tests {
         assert!(listed::<crate::proto::agreement::AgreeMsg>());
         assert!(listed::<crate::proto::route::RouteMsg>());
         assert!(listed::<crate::proto::grid::GridMsg>());
+        assert!(listed::<crate::proto::bsp::BspMsg>());
     }
 }

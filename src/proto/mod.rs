@@ -12,6 +12,7 @@
 pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
+pub mod bsp;
 pub mod grid;
 pub mod heartbeat;
 pub mod membership;
@@ -77,6 +78,8 @@ pub enum Event {
     Agreement(agreement::AgreementEvent),
     /// Neighborhood storage news: checkpoints kept, states recovered.
     Storage(storage::StorageEvent),
+    /// Robust-BSP news: supersteps, rollbacks, the result.
+    Bsp(bsp::BspEvent),
     /// Routing news: messages received, delivered or failed, broadcasts.
     Route(route::RouteEvent),
 }

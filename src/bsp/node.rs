@@ -1,0 +1,601 @@
+//! Robust-BSP on real processors: one [`BspNode`] per process runs the threads of the virtual
+//! processors it owns, exchanges their messages, checkpoints their states with neighborhood
+//! storage (IDA over the neighborhood, `crate::storage`) after every superstep, and when
+//! processors fail agrees with the survivors on where to resume, adopts the dead's virtual
+//! processors and rebuilds their states from the pieces their neighbors hold.
+//!
+//! A superstep `c` on a processor (Figure 3's PRIMARYJOB, CHECKPOINT, and the h-relation):
+//! 1. checkpoint `c`: every owned virtual processor's state and inbox before `c` is
+//!    dispersed (LOCALSTORAGE); the checkpoint is complete when every holder confirmed;
+//! 2. run the superstep's threads ([`Program::step`]) and send every live processor one batch
+//!    of the messages for the virtual processors it owns, an empty one when there are none;
+//! 3. a batch from every live processor ends the superstep (the barrier); their messages,
+//!    sorted by sender, are the inboxes of `c + 1`.
+//!
+//! A batch of `c` leaves only after its sender's checkpoint `c` is complete, so a processor
+//! that got every batch of `c` knows checkpoint `c` complete everywhere: that is its `known`.
+//! When a processor is suspected (a lost connection, `Protocol::on_suspect`), each survivor
+//! sends every other its set of dead and its `known` ([`BspMsg::Known`]); a processor told of
+//! a death it had not seen adopts it (fail-stop: the dead stay dead), and one told that it is
+//! dead stops ([`BspEvent::Excluded`]). Once a survivor holds the same dead set from every
+//! other, it resumes from the newest checkpoint any of them knows complete, in epoch
+//! `|dead|`: each virtual processor is owned by its home processor (blocks of `V / n`) or,
+//! while that is dead, by the next live processor of the ring; an adopted state is rebuilt
+//! from storage (any `m` of its `n` pieces, checked), a kept one from the processor's own copy.
+//! The rebuilt states are checkpointed again over the survivors before the superstep reruns,
+//! so a neighborhood that lost members has them back at full strength.
+//!
+//! Why storage keeps three versions ([`StorageConfig::keep_versions`]): processors can be one
+//! superstep apart when one fails, and the newest checkpoint the survivors know complete can
+//! be one older than the newest complete (the batch that proved it reached only the dead), while
+//! the dead may have started the next: three cover all of them. Versions taken after the one
+//! resumed from are discarded, and pieces of an older epoch are refused, so nothing stale
+//! takes a place in the window.
+//!
+//! Departures from the paper: every survivor reruns the supersteps since the checkpoint it
+//! resumes from (at most two per failure), where Figure 3 reruns only the dead's pending
+//! threads in SECONDARYJOBs; the dead's virtual processors go to the ring's next live
+//! processor, not by ALB; and when more than half of a neighborhood dies at once the run
+//! stops with [`BspEvent::Failed`] instead of a BACKTRACK to a SafeState (GLOBALSTORAGE's
+//! replicas are not on the engine yet). Never a wrong result: a state that cannot be rebuilt
+//! exactly is an error.
+
+use super::Program;
+use crate::proto::bsp::{BspEvent, BspMsg, Known, Mail};
+use crate::proto::storage::{StorageEvent, StoreMsg};
+use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
+use crate::storage::{Request, Storage, StorageConfig};
+use crate::NodeId;
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+/// Settings every processor of a job shares.
+#[derive(Clone, Debug)]
+pub struct BspConfig {
+    /// Virtual processors `V`.
+    pub virt: u64,
+    /// Supersteps of the program.
+    pub supersteps: u32,
+    /// The storage under the checkpoints; [`BspNode::new`] sets three versions and agreed
+    /// views.
+    pub storage: StorageConfig,
+}
+
+/// Where a processor is in its superstep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for checkpoint `version` to be complete.
+    Checkpointing { version: u64 },
+    /// Batches sent; waiting for everyone's.
+    Exchanging,
+    /// A failure: waiting for every survivor's dead set and `known`.
+    Agreeing,
+    /// Rebuilding adopted states of checkpoint `version`.
+    Rebuilding { version: u64 },
+    /// The program is done.
+    Finished,
+    /// A state could not be rebuilt, or the others hold this processor dead.
+    Stopped,
+}
+
+/// One real processor of a Robust-BSP job.
+pub struct BspNode {
+    me: NodeId,
+    /// Every processor of the job, sorted: the ring of adoption.
+    all: Vec<NodeId>,
+    program: &'static dyn Program,
+    cfg: BspConfig,
+    storage: Storage,
+    dead: BTreeSet<NodeId>,
+    epoch: u32,
+    phase: Phase,
+    step: u32,
+    /// Owned virtual processors: state and inbox (sorted by sender) before `step`.
+    vps: BTreeMap<u64, (u64, Vec<(u64, u64)>)>,
+    /// The newest checkpoint known complete at every processor.
+    known: Option<Known>,
+    /// The checkpoint of `step` this processor took in this epoch.
+    taken: Option<Known>,
+    /// This processor's own checkpointed states by version (the newest few).
+    saved: BTreeMap<u64, BTreeMap<u64, Bytes>>,
+    /// Batches by (epoch, step), by sender.
+    batches: HashMap<(u32, u32), BTreeMap<NodeId, Vec<Mail>>>,
+    /// The dead set and `known` each survivor sent last.
+    knowns: HashMap<NodeId, (Vec<u64>, Option<Known>)>,
+    /// Adopted states still being rebuilt.
+    rebuilding: BTreeSet<u64>,
+    /// Storage events to act on (the nested protocol reports them while it runs).
+    storage_events: VecDeque<StorageEvent>,
+    version_counter: u64,
+}
+
+/// The storage version of the checkpoint of `step` in `epoch`: increasing with both.
+pub fn version(epoch: u32, step: u32) -> u64 {
+    (u64::from(epoch) << 32) | u64::from(step)
+}
+
+impl BspNode {
+    /// Processor `me` of the job `all`, running `program`.
+    pub fn new(me: NodeId, all: &[NodeId], program: &'static dyn Program, cfg: BspConfig) -> Self {
+        let mut all = all.to_vec();
+        all.sort_unstable();
+        all.dedup();
+        let storage_cfg = StorageConfig {
+            keep_versions: cfg.storage.keep_versions.max(3),
+            agreed_views: true,
+            ..cfg.storage.clone()
+        };
+        Self {
+            me,
+            storage: Storage::new(me, &all, storage_cfg),
+            all,
+            program,
+            cfg,
+            dead: BTreeSet::new(),
+            epoch: 0,
+            phase: Phase::Checkpointing { version: 0 },
+            step: 0,
+            vps: BTreeMap::new(),
+            known: None,
+            taken: None,
+            saved: BTreeMap::new(),
+            batches: HashMap::new(),
+            knowns: HashMap::new(),
+            rebuilding: BTreeSet::new(),
+            storage_events: VecDeque::new(),
+            version_counter: 0,
+        }
+    }
+
+    /// The processors this one holds dead.
+    pub fn dead(&self) -> &BTreeSet<NodeId> {
+        &self.dead
+    }
+
+    /// The epoch (failures agreed so far).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Where this processor is and what it waits for, for a run that does not end.
+    pub fn status(&self) -> String {
+        let missing = |have: &dyn Fn(NodeId) -> bool| -> Vec<u64> {
+            self.live()
+                .filter(|&p| p != self.me && !have(p))
+                .map(|p| p.0)
+                .collect()
+        };
+        let what = match self.phase {
+            Phase::Checkpointing { version } => format!("checkpoint {version:#x} dispersing"),
+            Phase::Exchanging => {
+                let got = self.batches.get(&(self.epoch, self.step));
+                let m = missing(&|p| got.is_some_and(|b| b.contains_key(&p)));
+                format!("superstep {} waits for batches of {m:?}", self.step)
+            }
+            Phase::Agreeing => {
+                let dead: Vec<u64> = self.dead.iter().map(|p| p.0).collect();
+                let m = missing(&|p| self.knowns.get(&p).is_some_and(|k| k.0 == dead));
+                format!("agreeing on {dead:?}, waits for {m:?}")
+            }
+            Phase::Rebuilding { version } => {
+                format!("rebuilding {:?} of {version:#x}", self.rebuilding)
+            }
+            Phase::Finished => "finished".into(),
+            Phase::Stopped => "stopped".into(),
+        };
+        format!("{:?} epoch {}: {what}", self.me, self.epoch)
+    }
+
+    /// The processor that owns virtual processor `vid` while `dead` are dead: its home
+    /// (blocks of `V / n` in id order), or the next live processor after it on the ring.
+    pub fn owner(all: &[NodeId], dead: &BTreeSet<NodeId>, virt: u64, vid: u64) -> Option<NodeId> {
+        let n = all.len() as u64;
+        if n == 0 || virt == 0 {
+            return None;
+        }
+        let home = (u128::from(vid) * u128::from(n) / u128::from(virt)) as usize;
+        (0..all.len())
+            .map(|j| all[(home + j) % all.len()])
+            .find(|p| !dead.contains(p))
+    }
+
+    fn live(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.all.iter().copied().filter(|p| !self.dead.contains(p))
+    }
+
+    fn owned(&self) -> Vec<u64> {
+        (0..self.cfg.virt)
+            .filter(|&v| Self::owner(&self.all, &self.dead, self.cfg.virt, v) == Some(self.me))
+            .collect()
+    }
+
+    // ---- the nested storage ------------------------------------------------------------
+
+    /// Run `f` on the storage protocol; its messages go out wrapped, its events are queued
+    /// for [`BspNode::storage_news`].
+    fn store(
+        &mut self,
+        out: &mut Outbox<BspMsg>,
+        f: impl FnOnce(&mut Storage, &mut Outbox<StoreMsg>),
+    ) {
+        let mut o = Outbox::new();
+        f(&mut self.storage, &mut o);
+        for a in o.drain() {
+            match a {
+                Action::Send { to, msg } => out.send(to, msg),
+                Action::Report(Event::Storage(e)) => self.storage_events.push_back(e),
+                Action::Report(e) => out.report(e),
+                Action::SetTimer { timer, after } => out.set_timer(timer, after),
+                Action::CancelTimer(t) => out.cancel_timer(t),
+            }
+        }
+    }
+
+    fn storage_news(&mut self, out: &mut Outbox<BspMsg>) {
+        while let Some(e) = self.storage_events.pop_front() {
+            match e {
+                StorageEvent::Checkpointed { version, .. } => {
+                    if self.phase == (Phase::Checkpointing { version }) {
+                        self.run_superstep(out);
+                    }
+                }
+                StorageEvent::Recovered { vid, version, data } => {
+                    if self.phase == (Phase::Rebuilding { version }) && self.rebuilding.remove(&vid)
+                    {
+                        match decode(&data) {
+                            Some(vp) => {
+                                self.vps.insert(vid, vp);
+                            }
+                            None => {
+                                return self.stop(out, format!("state {vid} decodes to nothing"))
+                            }
+                        }
+                        if self.rebuilding.is_empty() {
+                            self.resume(out);
+                        }
+                    }
+                }
+                StorageEvent::Unrecoverable { vid, version, why } => {
+                    if self.phase == (Phase::Rebuilding { version }) {
+                        return self.stop(
+                            out,
+                            format!("state of virtual processor {vid} is lost: {why}"),
+                        );
+                    }
+                }
+                StorageEvent::Rejected { why } => {
+                    if matches!(
+                        self.phase,
+                        Phase::Checkpointing { .. } | Phase::Rebuilding { .. }
+                    ) {
+                        return self.stop(out, format!("storage refused: {why}"));
+                    }
+                }
+                StorageEvent::Dropped { .. } => {}
+            }
+        }
+    }
+
+    fn stop(&mut self, out: &mut Outbox<BspMsg>, why: String) {
+        self.phase = Phase::Stopped;
+        self.storage_events.clear();
+        out.report(Event::Bsp(BspEvent::Failed { why }));
+    }
+
+    // ---- supersteps --------------------------------------------------------------------
+
+    /// Step 1: checkpoint the owned states and inboxes before `self.step`.
+    fn checkpoint(&mut self, out: &mut Outbox<BspMsg>) {
+        let v = version(self.epoch, self.step);
+        let states: BTreeMap<u64, Bytes> = self
+            .vps
+            .iter()
+            .map(|(&vid, (s, inbox))| (vid, encode(*s, inbox)))
+            .collect();
+        self.saved.insert(v, states.clone());
+        while self.saved.len() > 4 {
+            self.saved.pop_first();
+        }
+        self.taken = Some(Known {
+            step: self.step,
+            version: v,
+        });
+        self.phase = Phase::Checkpointing { version: v };
+        self.store(out, |s, o| {
+            for (vid, data) in states {
+                s.request(Request::Protect { vid, data }, o);
+            }
+            s.request(Request::Checkpoint { version: v }, o);
+        });
+    }
+
+    /// Step 2: the threads of the owned virtual processors, and one batch to each live one.
+    fn run_superstep(&mut self, out: &mut Outbox<BspMsg>) {
+        let (k, v) = (self.step, self.cfg.virt);
+        out.report(Event::Bsp(BspEvent::Superstep {
+            epoch: self.epoch,
+            step: k,
+        }));
+        let mut mail: BTreeMap<NodeId, Vec<Mail>> = self.live().map(|p| (p, Vec::new())).collect();
+        for (&vid, vp) in self.vps.iter_mut() {
+            let (state, sent) = self.program.step(vid, k, v, vp.0, &vp.1);
+            *vp = (state, Vec::new());
+            for (to, value) in sent {
+                let Some(p) = Self::owner(&self.all, &self.dead, v, to) else {
+                    continue;
+                };
+                if let Some(m) = mail.get_mut(&p) {
+                    m.push(Mail {
+                        to,
+                        from: vid,
+                        value,
+                    });
+                }
+            }
+        }
+        self.phase = Phase::Exchanging;
+        let epoch = self.epoch;
+        for (p, m) in mail {
+            if p == self.me {
+                self.batches.entry((epoch, k)).or_default().insert(p, m);
+            } else {
+                out.send(
+                    p,
+                    BspMsg::Batch {
+                        epoch,
+                        step: k,
+                        mail: m,
+                    },
+                );
+            }
+        }
+        self.barrier(out);
+    }
+
+    /// Step 3: with a batch from every live processor the superstep is over.
+    fn barrier(&mut self, out: &mut Outbox<BspMsg>) {
+        if self.phase != Phase::Exchanging {
+            return;
+        }
+        let key = (self.epoch, self.step);
+        let complete = self
+            .batches
+            .get(&key)
+            .is_some_and(|b| self.live().all(|p| b.contains_key(&p)));
+        if !complete {
+            return;
+        }
+        let batches = self.batches.remove(&key).unwrap_or_default();
+        self.known = self.taken;
+        for m in batches.into_values().flatten() {
+            if let Some(vp) = self.vps.get_mut(&m.to) {
+                vp.1.push((m.from, m.value));
+            }
+        }
+        for vp in self.vps.values_mut() {
+            vp.1.sort_unstable();
+        }
+        self.step += 1;
+        if self.step >= self.cfg.supersteps {
+            self.phase = Phase::Finished;
+            let states = self.vps.iter().map(|(&vid, vp)| (vid, vp.0)).collect();
+            out.report(Event::Bsp(BspEvent::Finished {
+                epoch: self.epoch,
+                states,
+            }));
+            return;
+        }
+        self.checkpoint(out);
+    }
+
+    // ---- failures ----------------------------------------------------------------------
+
+    /// `gone` are dead: tell every survivor what this processor holds dead and knows.
+    fn declare(&mut self, gone: &[NodeId], out: &mut Outbox<BspMsg>) {
+        let fresh: Vec<NodeId> = gone
+            .iter()
+            .copied()
+            .filter(|p| self.all.binary_search(p).is_ok() && !self.dead.contains(p))
+            .collect();
+        if fresh.is_empty() || self.phase == Phase::Stopped {
+            return;
+        }
+        if fresh.contains(&self.me) {
+            self.phase = Phase::Stopped;
+            out.report(Event::Bsp(BspEvent::Excluded));
+            return;
+        }
+        for &p in &fresh {
+            self.dead.insert(p);
+            // Storage stops waiting for its confirmations and pieces.
+            self.store(out, |s, o| s.on_suspect(Time::ZERO, p, o));
+        }
+        self.epoch = self.dead.len() as u32;
+        self.batches.retain(|&(e, _), _| e >= self.epoch);
+        self.phase = Phase::Agreeing;
+        let dead: Vec<u64> = self.dead.iter().map(|p| p.0).collect();
+        let others: Vec<NodeId> = self.live().filter(|&p| p != self.me).collect();
+        for p in others {
+            out.send(
+                p,
+                BspMsg::Known {
+                    dead: dead.clone(),
+                    known: self.known,
+                },
+            );
+        }
+        self.agree(out);
+    }
+
+    /// Every survivor holds this dead set: resume from the newest checkpoint any knows.
+    fn agree(&mut self, out: &mut Outbox<BspMsg>) {
+        if self.phase != Phase::Agreeing {
+            return;
+        }
+        let dead: Vec<u64> = self.dead.iter().map(|p| p.0).collect();
+        let mut to = self.known;
+        for p in self.live().filter(|&p| p != self.me) {
+            match self.knowns.get(&p) {
+                Some((d, k)) if *d == dead => to = to.max(*k),
+                _ => return,
+            }
+        }
+        self.rollback(to, out);
+    }
+
+    fn rollback(&mut self, to: Option<Known>, out: &mut Outbox<BspMsg>) {
+        let live: Vec<NodeId> = self.live().collect();
+        let (from, below) = (to.map_or(0, |k| k.version + 1), version(self.epoch, 0));
+        self.store(out, |s, o| {
+            s.request(Request::View(live), o);
+            s.request(Request::Discard { from, below }, o);
+        });
+        self.known = to;
+        self.taken = None;
+        self.vps.clear();
+        self.rebuilding.clear();
+        let owned = self.owned();
+        let mut adopted = Vec::new();
+        match to {
+            None => {
+                self.step = 0;
+                for vid in owned {
+                    let s = self.program.init(vid, self.cfg.virt);
+                    self.vps.insert(vid, (s, Vec::new()));
+                }
+            }
+            Some(k) => {
+                self.step = k.step;
+                let mine = self.saved.get(&k.version);
+                for vid in owned {
+                    match mine.and_then(|m| m.get(&vid)).and_then(|b| decode(b)) {
+                        Some(vp) => {
+                            self.vps.insert(vid, vp);
+                        }
+                        None => adopted.push(vid),
+                    }
+                }
+            }
+        }
+        out.report(Event::Bsp(BspEvent::Rollback {
+            epoch: self.epoch,
+            dead: self.dead.iter().copied().collect(),
+            to: to.map(|k| k.step),
+            adopted: adopted.len(),
+        }));
+        let Some(k) = to.filter(|_| !adopted.is_empty()) else {
+            return self.resume(out);
+        };
+        self.phase = Phase::Rebuilding { version: k.version };
+        self.rebuilding = adopted.iter().copied().collect();
+        self.store(out, |s, o| {
+            for vid in adopted {
+                s.request(
+                    Request::Recover {
+                        vid,
+                        version: Some(k.version),
+                    },
+                    o,
+                );
+            }
+        });
+    }
+
+    /// Every owned state is back: checkpoint it over the survivors and rerun the superstep.
+    fn resume(&mut self, out: &mut Outbox<BspMsg>) {
+        self.checkpoint(out);
+    }
+
+    fn handle(&mut self, from: NodeId, msg: BspMsg, out: &mut Outbox<BspMsg>) {
+        if self.phase == Phase::Stopped || self.dead.contains(&from) {
+            return;
+        }
+        match msg {
+            BspMsg::Store(StoreMsg::Put { key, .. })
+                if (key.version >> 32) < u64::from(self.epoch) =>
+            {
+                // A piece of an older epoch's checkpoint: it would hold a place in the window.
+                out.send(from, StoreMsg::Refused { key });
+            }
+            BspMsg::Store(m) => self.store(out, |s, o| s.on_message(Time::ZERO, from, m, o)),
+            BspMsg::Batch { epoch, step, mail } => {
+                if epoch >= self.epoch && self.all.binary_search(&from).is_ok() {
+                    self.batches
+                        .entry((epoch, step))
+                        .or_default()
+                        .insert(from, mail);
+                    self.barrier(out);
+                }
+            }
+            BspMsg::Known { dead, known } => {
+                let theirs: Vec<NodeId> = dead.iter().map(|&d| NodeId(d)).collect();
+                self.knowns.insert(from, (dead, known));
+                self.declare(&theirs, out);
+                self.agree(out);
+            }
+        }
+    }
+}
+
+/// A virtual processor's checkpoint: its state, then its inbox as (sender, value) pairs.
+fn encode(state: u64, inbox: &[(u64, u64)]) -> Bytes {
+    let mut b = Vec::with_capacity(8 + 16 * inbox.len());
+    b.extend_from_slice(&state.to_le_bytes());
+    for (from, value) in inbox {
+        b.extend_from_slice(&from.to_le_bytes());
+        b.extend_from_slice(&value.to_le_bytes());
+    }
+    Bytes::from(b)
+}
+
+fn decode(b: &[u8]) -> Option<(u64, Vec<(u64, u64)>)> {
+    if b.len() < 8 || !(b.len() - 8).is_multiple_of(16) {
+        return None;
+    }
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let inbox = (8..b.len())
+        .step_by(16)
+        .map(|i| (word(i), word(i + 8)))
+        .collect();
+    Some((word(0), inbox))
+}
+
+impl Protocol for BspNode {
+    type Msg = BspMsg;
+
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<BspMsg>) {
+        for vid in self.owned() {
+            let s = self.program.init(vid, self.cfg.virt);
+            self.vps.insert(vid, (s, Vec::new()));
+        }
+        self.checkpoint(out);
+        self.storage_news(out);
+        self.version_counter += 1;
+    }
+
+    fn on_message(&mut self, _now: Time, from: NodeId, msg: BspMsg, out: &mut Outbox<BspMsg>) {
+        self.handle(from, msg, out);
+        self.storage_news(out);
+        self.version_counter += 1;
+    }
+
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<BspMsg>) {
+        self.store(out, |s, o| s.on_timer(now, timer, o));
+        self.storage_news(out);
+    }
+
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BspMsg>) {
+        self.store(out, |s, o| s.on_suspect(now, peer, o));
+        self.declare(&[peer], out);
+        self.storage_news(out);
+        self.version_counter += 1;
+    }
+
+    fn state_version(&self) -> u64 {
+        self.version_counter
+    }
+}
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

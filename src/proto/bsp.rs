@@ -1,0 +1,129 @@
+//! The messages and events of Robust-BSP on the engine (`crate::bsp::node`): a superstep's
+//! mail between real processors, the survivors' exchange of what each knows to be
+//! checkpointed when one fails, and the storage protocol's own messages carried along (a
+//! processor runs both on one node).
+
+use super::storage::StoreMsg;
+use crate::buf::Payload;
+use crate::NodeId;
+
+pub use self::wire_form::{BspMsg, Known, Mail};
+
+/// A module of its own for the archived forms (see `proto::ping`).
+mod wire_form {
+    use super::*;
+
+    /// One BSP message: from virtual processor `from` to virtual processor `to`.
+    #[derive(
+        Clone, Copy, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+    )]
+    pub struct Mail {
+        /// The receiving virtual processor.
+        pub to: u64,
+        /// The sending virtual processor.
+        pub from: u64,
+        /// The value.
+        pub value: u64,
+    }
+
+    /// A checkpoint that every processor of its epoch completed.
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        PartialOrd,
+        Ord,
+        rkyv::Archive,
+        rkyv::Serialize,
+        rkyv::Deserialize,
+    )]
+    pub struct Known {
+        /// The superstep it starts: the virtual processors' states and inboxes before it.
+        pub step: u32,
+        /// Its number in storage.
+        pub version: u64,
+    }
+
+    /// Messages between the real processors of a BSP job.
+    #[derive(Clone, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+    pub enum BspMsg {
+        /// The storage protocol's message (pieces of checkpoints).
+        Store(StoreMsg),
+        /// What the sender's virtual processors sent in superstep `step` to the receiver's,
+        /// possibly nothing: a batch from every live processor ends the superstep (the
+        /// barrier). Sent only once the sender's checkpoint of `step` is complete.
+        Batch {
+            /// The epoch: failures agreed so far.
+            epoch: u32,
+            /// The superstep.
+            step: u32,
+            /// The messages.
+            mail: Vec<Mail>,
+        },
+        /// A failure: the processors the sender holds dead, and the newest checkpoint it knows
+        /// every processor completed. The survivors roll back to the newest any of them knows.
+        Known {
+            /// Dead processors, sorted.
+            dead: Vec<u64>,
+            /// The newest checkpoint known complete, if any.
+            known: Option<Known>,
+        },
+    }
+}
+
+impl From<StoreMsg> for BspMsg {
+    fn from(m: StoreMsg) -> Self {
+        BspMsg::Store(m)
+    }
+}
+
+impl super::Message for BspMsg {
+    const TAG: super::Tag = 10;
+    const NAME: &'static str = "bsp";
+
+    fn payload(&self) -> Option<&Payload> {
+        match self {
+            BspMsg::Store(m) => super::Message::payload(m),
+            _ => None,
+        }
+    }
+}
+
+/// What a BSP processor tells its driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BspEvent {
+    /// Its checkpoint of `step` is complete and it runs the superstep's threads.
+    Superstep {
+        /// The epoch.
+        epoch: u32,
+        /// The superstep.
+        step: u32,
+    },
+    /// The survivors agreed on the dead and on the checkpoint to resume from.
+    Rollback {
+        /// The new epoch.
+        epoch: u32,
+        /// The processors held dead.
+        dead: Vec<NodeId>,
+        /// The superstep resumed (`None`: from the start, no checkpoint was complete).
+        to: Option<u32>,
+        /// States this processor rebuilds from its neighbors' pieces (it adopted them).
+        adopted: usize,
+    },
+    /// Every superstep is done: its virtual processors' final states.
+    Finished {
+        /// The epoch.
+        epoch: u32,
+        /// `(virtual processor, state)`.
+        states: Vec<(u64, u64)>,
+    },
+    /// A state could not be rebuilt: the run cannot go on (never a wrong result).
+    Failed {
+        /// Why.
+        why: String,
+    },
+    /// The others hold this processor dead: it stops taking part.
+    Excluded,
+}
