@@ -942,3 +942,61 @@ fn sim_faults_checks_replays_and_refuses() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("gossip"));
 }
+
+#[test]
+fn bsp_run_keeps_the_fault_free_result_through_kills_on_real_nodes() {
+    // 16 engine nodes, a quarter of them killed at seeded moments of the run.
+    for (app, seed) in [("jacobi", "11"), ("prefix-sum", "12")] {
+        let out = succeed(&[
+            "bsp",
+            "run",
+            "--app",
+            app,
+            "--nodes",
+            "16",
+            "--supersteps",
+            "12",
+            "--fail",
+            "4",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        let r = one_json(&out);
+        has_fields(
+            &r,
+            &[
+                "app",
+                "nodes",
+                "virt",
+                "supersteps",
+                "fail",
+                "kills",
+                "result_ok",
+                "total_ms",
+                "per_superstep_ms",
+                "baseline_ms",
+                "overhead",
+                "rollbacks",
+                "rebuilt_states",
+            ],
+        );
+        assert_eq!(r["result_ok"], true, "{r}");
+        assert_eq!(r["kills"].as_array().map(Vec::len), Some(4), "{r}");
+        assert_eq!(r["rollbacks"], 4, "{r}");
+        assert!(r["rebuilt_states"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["baseline_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    for (args, named) in [
+        (vec!["--app", "sort"], "--app"),
+        (vec!["--nodes", "4", "--fail", "4"], "--fail 4"),
+        (vec!["--supersteps", "0"], "--supersteps 0"),
+    ] {
+        let mut all = vec!["bsp", "run"];
+        all.extend(args);
+        let out = weft(&all);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "{err}");
+    }
+}

@@ -9,6 +9,8 @@
 //!   over [`control`];
 //! - [`broadcast`]: the Process Order paper's broadcast experiment (C, H1, H2) on in-process
 //!   nodes beside its grid application, with a failure in the middle of the stream;
+//! - [`bsp`]: a Robust-BSP program on in-process nodes with kills, its result against a
+//!   fault-free run and its time against a run without kills (`weft bsp run`);
 //! - [`heartbeat`]: how fast ring heartbeats find a hung process, and how often they blame a
 //!   live one with both cores busy;
 //! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree;
@@ -23,6 +25,7 @@
 pub mod bare_wave;
 pub mod bmg;
 pub mod broadcast;
+pub mod bsp;
 pub mod checkpoint;
 pub mod control;
 pub mod heartbeat;

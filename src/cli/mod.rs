@@ -19,6 +19,7 @@ pub mod bench_checkpoint;
 pub mod bench_heartbeat;
 pub mod bench_route;
 pub mod bench_stabilize;
+pub mod bsp_run;
 pub mod checks;
 pub mod ida;
 pub mod model_validate;
@@ -151,6 +152,18 @@ pub enum Command {
     /// Rabin's information dispersal: robust storage of files as pieces.
     #[command(subcommand)]
     Ida(ida::IdaCommand),
+    /// Robust-BSP programs on real nodes.
+    #[command(subcommand)]
+    Bsp(BspCommand),
+}
+
+/// `weft bsp ...`
+#[derive(Subcommand, Debug)]
+pub enum BspCommand {
+    /// A BSP program (prefix-sum, jacobi) on in-process engine nodes, checkpointed in IDA
+    /// neighborhoods after every superstep, with nodes killed while it runs; the result
+    /// checked against a fault-free run, the time beside a run without kills.
+    Run(bsp_run::BspRunArgs),
 }
 
 /// `weft bench ...`
@@ -223,6 +236,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(SimCommand::Bsp(args)) => sim_bsp::run_cmd(args),
         Command::Sim(SimCommand::Faults(args)) => sim_faults::run_cmd(args),
         Command::Ida(cmd) => ida::run(cmd),
+        Command::Bsp(BspCommand::Run(args)) => bsp_run::run(args),
         Command::Ping(args) => ping::run(args),
     }
 }
