@@ -204,8 +204,8 @@ fn beyond_half_a_neighborhood_the_run_stops_with_an_error_never_a_wrong_result()
     }
 }
 
-#[test]
-fn a_processor_the_others_hold_dead_stops() {
+/// Processor 2 of 4 alone, started: its first checkpoint under way.
+fn started() -> (BspNode, Outbox<BspMsg>) {
     let all: Vec<NodeId> = (0..4).map(NodeId).collect();
     let cfg = BspConfig {
         virt: 8,
@@ -215,6 +215,12 @@ fn a_processor_the_others_hold_dead_stops() {
     let mut node = BspNode::new(NodeId(2), &all, &PrefixSum, cfg);
     let mut out = Outbox::new();
     node.on_start(Time::ZERO, &mut out);
+    (node, out)
+}
+
+#[test]
+fn a_processor_the_others_hold_dead_stops() {
+    let (mut node, mut out) = started();
     out.drain().for_each(drop);
     node.on_message(
         Time::ZERO,
@@ -334,15 +340,7 @@ fn a_kill_during_the_first_checkpoint_restarts_from_the_initial_states() {
 
 #[test]
 fn a_piece_of_an_older_epoch_is_refused_once_a_failure_is_known() {
-    let all: Vec<NodeId> = (0..4).map(NodeId).collect();
-    let cfg = BspConfig {
-        virt: 8,
-        supersteps: 4,
-        storage: StorageConfig::default(),
-    };
-    let mut node = BspNode::new(NodeId(2), &all, &PrefixSum, cfg);
-    let mut out = Outbox::new();
-    node.on_start(Time::ZERO, &mut out);
+    let (mut node, mut out) = started();
     node.on_suspect(Time::ZERO, NodeId(3), &mut out);
     out.drain().for_each(drop);
     assert_eq!(node.epoch(), 1);
