@@ -8,6 +8,8 @@ pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
 pub mod bsp;
+#[cfg(test)]
+mod bsp_node_tests;
 pub mod churn;
 pub mod faultnet;
 pub mod faults;
