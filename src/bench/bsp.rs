@@ -8,7 +8,7 @@
 //! checkpoint being dispersed, the exchange, the survivors' agreement after an earlier kill,
 //! a rebuild, or the end of the run).
 
-use crate::bsp::node::{BspConfig, BspNode};
+use crate::bsp::node::{gather, BspConfig, BspNode};
 use crate::bsp::{app, Program};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
@@ -279,7 +279,7 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
         let survivors = finished
             .into_iter()
             .filter(|(i, f)| kills.iter().all(|k| k.node != *i) && f.0 == epoch);
-        merge(cfg.virt, survivors.map(|(_, f)| f.1))
+        gather(cfg.virt, survivors.map(|(_, f)| f.1))
     } else {
         Err(failed.join("; "))
     };
@@ -301,22 +301,4 @@ fn first_live(nodes: usize, kills: &[Kill]) -> NodeId {
             .find(|i| kills.iter().all(|k| k.node != *i))
             .unwrap_or(0),
     )
-}
-
-/// Every virtual processor's state, each reported exactly once.
-fn merge(virt: u64, reports: impl Iterator<Item = Vec<(u64, u64)>>) -> Result<Vec<u64>, String> {
-    let mut states = vec![None; virt as usize];
-    for (vid, s) in reports.flatten() {
-        let slot = states
-            .get_mut(vid as usize)
-            .ok_or(format!("virtual processor {vid} is outside the job"))?;
-        if slot.replace(s).is_some() {
-            return Err(format!("virtual processor {vid} reported twice"));
-        }
-    }
-    states
-        .into_iter()
-        .enumerate()
-        .map(|(v, s)| s.ok_or(format!("virtual processor {v} reported by nobody")))
-        .collect()
 }

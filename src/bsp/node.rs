@@ -94,8 +94,6 @@ pub struct BspNode {
     vps: BTreeMap<u64, (u64, Vec<(u64, u64)>)>,
     /// The newest checkpoint known complete at every processor.
     known: Option<Known>,
-    /// The checkpoint of `step` this processor took in this epoch.
-    taken: Option<Known>,
     /// This processor's own checkpointed states by version (the newest few).
     saved: BTreeMap<u64, BTreeMap<u64, Bytes>>,
     /// Batches by (epoch, step), by sender.
@@ -137,7 +135,6 @@ impl BspNode {
             step: 0,
             vps: BTreeMap::new(),
             known: None,
-            taken: None,
             saved: BTreeMap::new(),
             batches: HashMap::new(),
             knowns: HashMap::new(),
@@ -251,7 +248,8 @@ impl BspNode {
                             }
                         }
                         if self.rebuilding.is_empty() {
-                            self.resume(out);
+                            // Every owned state is back: checkpoint over the survivors, rerun.
+                            self.checkpoint(out);
                         }
                     }
                 }
@@ -296,10 +294,6 @@ impl BspNode {
         while self.saved.len() > 4 {
             self.saved.pop_first();
         }
-        self.taken = Some(Known {
-            step: self.step,
-            version: v,
-        });
         self.phase = Phase::Checkpointing { version: v };
         self.store(out, |s, o| {
             for (vid, data) in states {
@@ -366,7 +360,11 @@ impl BspNode {
             return;
         }
         let batches = self.batches.remove(&key).unwrap_or_default();
-        self.known = self.taken;
+        // Every batch of this superstep proves its checkpoint, taken in this epoch, complete.
+        self.known = Some(Known {
+            step: self.step,
+            version: version(self.epoch, self.step),
+        });
         for m in batches.into_values().flatten() {
             if let Some(vp) = self.vps.get_mut(&m.to) {
                 vp.1.push((m.from, m.value));
@@ -451,7 +449,6 @@ impl BspNode {
             s.request(Request::Discard { from, below }, o);
         });
         self.known = to;
-        self.taken = None;
         self.vps.clear();
         self.rebuilding.clear();
         let owned = self.owned();
@@ -484,7 +481,8 @@ impl BspNode {
             adopted: adopted.len(),
         }));
         let Some(k) = to.filter(|_| !adopted.is_empty()) else {
-            return self.resume(out);
+            // Nothing to rebuild: checkpoint over the survivors and rerun the superstep.
+            return self.checkpoint(out);
         };
         self.phase = Phase::Rebuilding { version: k.version };
         self.rebuilding = adopted.iter().copied().collect();
@@ -499,11 +497,6 @@ impl BspNode {
                 );
             }
         });
-    }
-
-    /// Every owned state is back: checkpoint it over the survivors and rerun the superstep.
-    fn resume(&mut self, out: &mut Outbox<BspMsg>) {
-        self.checkpoint(out);
     }
 
     fn handle(&mut self, from: NodeId, msg: BspMsg, out: &mut Outbox<BspMsg>) {
@@ -535,6 +528,28 @@ impl BspNode {
             }
         }
     }
+}
+
+/// The job's result from the survivors' [`BspEvent::Finished`] states: every virtual
+/// processor's final state, each reported by exactly one processor.
+pub fn gather(
+    virt: u64,
+    reports: impl IntoIterator<Item = Vec<(u64, u64)>>,
+) -> Result<Vec<u64>, String> {
+    let mut states = vec![None; virt as usize];
+    for (vid, s) in reports.into_iter().flatten() {
+        let slot = states
+            .get_mut(vid as usize)
+            .ok_or(format!("virtual processor {vid} is outside the job"))?;
+        if slot.replace(s).is_some() {
+            return Err(format!("virtual processor {vid} reported twice"));
+        }
+    }
+    states
+        .into_iter()
+        .enumerate()
+        .map(|(v, s)| s.ok_or(format!("virtual processor {v} reported by nobody")))
+        .collect()
 }
 
 /// A virtual processor's checkpoint: its state, then its inbox as (sender, value) pairs.
@@ -585,8 +600,12 @@ impl Protocol for BspNode {
     }
 
     fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BspMsg>) {
-        self.store(out, |s, o| s.on_suspect(now, peer, o));
-        self.declare(&[peer], out);
+        if self.dead.contains(&peer) || self.all.binary_search(&peer).is_err() {
+            // Storage still hears it: a piece asked of the peer again must be asked elsewhere.
+            self.store(out, |s, o| s.on_suspect(now, peer, o));
+        } else {
+            self.declare(&[peer], out);
+        }
         self.storage_news(out);
         self.version_counter += 1;
     }

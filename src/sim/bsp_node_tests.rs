@@ -2,9 +2,9 @@
 //! a checkpoint, in the exchange, during the survivors' agreement or a rebuild), checked
 //! against a fault-free run.
 
-use super::timed::{Net, TimedConfig, TimedWorld};
+use super::timed::{TimedConfig, TimedWorld};
 use crate::bsp::app::{self, Jacobi, PrefixSum};
-use crate::bsp::node::{BspConfig, BspNode};
+use crate::bsp::node::{gather, BspConfig, BspNode};
 use crate::bsp::Program;
 use crate::proto::bsp::BspEvent;
 use crate::proto::Event;
@@ -50,19 +50,7 @@ fn world(
         .iter()
         .map(|&id| BspNode::new(id, &all, program, cfg.clone()))
         .collect();
-    TimedWorld::new(
-        nodes,
-        TimedConfig {
-            net: Net::Jitter {
-                l: Duration::from_micros(5),
-                spread: Duration::from_micros(10),
-                seed,
-            },
-            ocp: Duration::from_micros(1),
-            send: Duration::ZERO,
-            detect: Duration::from_micros(50),
-        },
-    )
+    TimedWorld::new(nodes, TimedConfig::jittered(seed, Duration::from_micros(1)))
 }
 
 fn run(
@@ -107,27 +95,17 @@ fn run(
     let result = if !failed.is_empty() {
         Err(failed.join("; "))
     } else {
-        let mut states = vec![None; virt as usize];
+        let mut reports = Vec::new();
         let mut why = None;
         for i in &live {
-            match finished.get(i) {
-                Some((e, s, _)) if *e == epoch => {
-                    for &(vid, x) in s {
-                        if states[vid as usize].replace(x).is_some() {
-                            why = Some(format!("virtual processor {vid} finished twice"));
-                        }
-                    }
-                }
+            match finished.remove(i) {
+                Some((e, s, _)) if e == epoch => reports.push(s),
                 other => why = Some(format!("{i} ended with {other:?}, epoch {epoch} expected")),
             }
         }
         match why {
             Some(w) => Err(w),
-            None => states
-                .into_iter()
-                .enumerate()
-                .map(|(v, s)| s.ok_or(format!("virtual processor {v} has no owner")))
-                .collect(),
+            None => gather(virt, reports),
         }
     };
     Run {

@@ -9,7 +9,7 @@
 use super::{apply_timing, settle, Applied, Fault, Outcome, Schedule};
 use crate::proto::membership::{Membership, MembershipConfig, TreeMode};
 use crate::proto::views::SharedViews;
-use crate::sim::timed::{Net, TimedConfig, TimedWorld};
+use crate::sim::timed::{TimedConfig, TimedWorld};
 use crate::NodeId;
 use std::time::Duration;
 
@@ -28,16 +28,7 @@ fn world(s: &Schedule) -> TimedWorld<Membership> {
         .collect();
     TimedWorld::new(
         nodes,
-        TimedConfig {
-            net: Net::Jitter {
-                l: Duration::from_micros(5),
-                spread: Duration::from_micros(10),
-                seed: s.seed,
-            },
-            ocp: Duration::from_micros(2),
-            send: Duration::ZERO,
-            detect: Duration::from_micros(50),
-        },
+        TimedConfig::jittered(s.seed, Duration::from_micros(2)),
     )
     .with_faults(s.net, s.seed ^ 0xfa17_5eed)
 }

@@ -10,7 +10,7 @@ use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::rng::SimRng;
 use crate::sim::bmg::{overlay_of, wrong_fingers};
-use crate::sim::timed::{Net, TimedConfig, TimedWorld};
+use crate::sim::timed::{TimedConfig, TimedWorld};
 use crate::sim::tree::Tree;
 use std::time::Duration;
 
@@ -33,16 +33,7 @@ pub fn execute(s: &Schedule) -> Outcome {
     let nodes = (0..n).map(|p| overlay_of(&tree, p, spont)).collect();
     let mut w = TimedWorld::new(
         nodes,
-        TimedConfig {
-            net: Net::Jitter {
-                l: Duration::from_micros(5),
-                spread: Duration::from_micros(10),
-                seed: s.seed,
-            },
-            ocp: Duration::from_micros(1),
-            send: Duration::ZERO,
-            detect: Duration::from_micros(50),
-        },
+        TimedConfig::jittered(s.seed, Duration::from_micros(1)),
     )
     .with_faults(s.net, s.seed ^ 0xfa17_5eed);
     w.start();
