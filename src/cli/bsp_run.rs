@@ -113,10 +113,9 @@ pub fn run(a: BspRunArgs) -> anyhow::Result<()> {
             say!("error: {e}");
         }
     }
-    anyhow::ensure!(
-        r.result_ok,
-        "the result differs from a fault-free run: {}",
-        r.error.as_deref().unwrap_or("other states")
-    );
+    if let Some(e) = &r.error {
+        anyhow::bail!("no result: {e}");
+    }
+    anyhow::ensure!(r.result_ok, "the result differs from a fault-free run");
     Ok(())
 }
