@@ -659,7 +659,10 @@ impl Driver {
                 _ => {}
             }
         };
-        // The survivors' view reports travel other connections: give them a moment.
+        // The survivors' view reports travel other connections: give them a moment. So may
+        // the first detection (the root's `stabilized` can overtake it, and Ts would read
+        // short); a rank reports its detection before its view on the same connection, so
+        // once every survivor's view is in, every earlier detection is too.
         let grace = Instant::now() + Duration::from_millis(500);
         while survivors
             .iter()
@@ -668,10 +671,17 @@ impl Driver {
             let Ok((who, v)) = self.next(grace, "") else {
                 break;
             };
-            if let Some(e) = ev(&v) {
-                if e["kind"] == "view" {
+            let Some(e) = ev(&v) else { continue };
+            let at = on_ours(who, e["mono_ns"].as_u64().unwrap_or(0));
+            match e["kind"].as_str() {
+                Some("view") => {
                     last_view.insert(u64::from(who), view_report(&e));
                 }
+                Some("detected") if detected.is_none_or(|d| at < d) => {
+                    detected = Some(at);
+                    decided.insert(who);
+                }
+                _ => {}
             }
         }
         let views_agree = survivors.iter().all(|s| {

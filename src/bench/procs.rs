@@ -204,7 +204,11 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         }
     };
     // Each survivor's view report was written before its acknowledgment left it, but the
-    // reports of different processes come through different pipes: give them a moment.
+    // reports of different processes come through different pipes: give them a moment. The
+    // first detection may be among them too: the root's `stabilized` can overtake the
+    // detector's report on another pipe (Ts read as 0). A detector wrote its `detected`
+    // before its `view`, on the same pipe, so once every survivor's view is in, so is every
+    // detection that came before the new view.
     let deadline = Instant::now() + Duration::from_millis(200);
     while survivors
         .iter()
@@ -213,8 +217,13 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         let Some((who, r)) = next(&job, deadline) else {
             break;
         };
-        if r["kind"] == "view" {
-            last_view.insert(who, view_of(&r));
+        let at = r["mono_ns"].as_u64().unwrap_or(0);
+        match r["kind"].as_str() {
+            Some("view") => {
+                last_view.insert(who, view_of(&r));
+            }
+            Some("detected") => detected = Some(detected.map_or(at, |d| d.min(at))),
+            _ => {}
         }
     }
     let views_agree = survivors.iter().all(|s| {
