@@ -109,6 +109,7 @@ pub fn run(
         listen: SocketAddr::from(([0, 0, 0, 0], port)),
         opts: cfg.opts.clone(),
         membership: member_config(&cfg),
+        host: host_name(joined.launch.node.as_deref()),
     };
     let key = joined.key.clone();
     let rank_thread = std::thread::Builder::new()
@@ -144,6 +145,8 @@ struct Rank {
     listen: SocketAddr,
     opts: NodeOptions,
     membership: crate::proto::membership::MembershipConfig,
+    /// The host it runs on, as [`host_name`] names it.
+    host: String,
 }
 
 impl Rank {
@@ -171,7 +174,7 @@ impl Rank {
         };
         send(
             &tx,
-            json!({"r": "hello", "rank": self.id.0, "boot": boot_id(), "host": host_name(),
+            json!({"r": "hello", "rank": self.id.0, "boot": boot_id(), "host": self.host,
                    "netns_host": std::env::var(super::hosts::HOST_VAR).ok()}),
         )?;
         let mut listener = Some(listener);
@@ -295,10 +298,14 @@ fn boot_id() -> String {
 }
 
 /// The host this rank runs on: the namespace host of `weft bench stabilize --hosts`, else the
-/// machine's name.
-fn host_name() -> String {
+/// launcher's name for it (`launcher`: Slurm's node name, which tells apart hosts whose
+/// kernels share a name, as containers and namespaces do), else the machine's name.
+fn host_name(launcher: Option<&str>) -> String {
     if let Ok(h) = std::env::var(super::hosts::HOST_VAR) {
         return format!("netns-h{h}");
+    }
+    if let Some(h) = launcher {
+        return h.to_string();
     }
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())

@@ -102,6 +102,9 @@ pub struct Launch {
     pub exchange: Exchange,
     /// The hosts of the job, in order, where the launcher says (Slurm).
     pub hosts: Vec<String>,
+    /// The host this process runs on, as the launcher names it (Slurm's `SLURMD_NODENAME`):
+    /// what tells hosts apart where their kernels share a name (containers, namespaces).
+    pub node: Option<String>,
 }
 
 /// Which launcher to read.
@@ -236,6 +239,7 @@ fn slurm(env: &dyn Env) -> Result<Launch, BootstrapError> {
         job,
         exchange,
         hosts,
+        node: env.var("SLURMD_NODENAME").filter(|n| !n.trim().is_empty()),
     })
 }
 
@@ -290,6 +294,7 @@ fn ompi(env: &dyn Env) -> Result<Launch, BootstrapError> {
         job,
         exchange,
         hosts: Vec::new(),
+        node: None,
     })
 }
 
@@ -305,6 +310,7 @@ fn pmi(env: &dyn Env) -> Result<Launch, BootstrapError> {
         job: String::new(),
         exchange: Exchange::Pmi { fd },
         hosts: Vec::new(),
+        node: None,
     })
 }
 
@@ -324,6 +330,7 @@ fn plain(env: &dyn Env) -> Result<Launch, BootstrapError> {
         job: env.var("WEFT_JOB").unwrap_or_else(|| "weft".into()),
         exchange,
         hosts: Vec::new(),
+        node: None,
     })
 }
 
@@ -373,6 +380,7 @@ mod tests {
             ("SLURM_STEP_NODELIST", "gnode[010,020-021]"),
             ("SLURM_JOB_NODELIST", "gnode[010,020-022]"),
             ("SLURM_STEP_TASKS_PER_NODE", "3,2(x2)"),
+            ("SLURMD_NODENAME", "gnode010"),
         ])
     }
 
@@ -385,6 +393,7 @@ mod tests {
         );
         assert_eq!(l.job, "slurm-41200.3");
         assert_eq!(l.hosts, ["gnode010", "gnode020", "gnode021"]);
+        assert_eq!(l.node.as_deref(), Some("gnode010"));
         assert_eq!(
             l.exchange,
             Exchange::Rendezvous {

@@ -3,17 +3,20 @@
 //! ([`overlay`]), check that a node still serves ([`serving`]), shake hands by hand
 //! ([`handshake`]), refuse io_uring calls with real seccomp filters ([`seccomp`]), keep a
 //! reactor busy or stall it ([`ticking`]), run a child as an unprivileged user
-//! ([`unprivileged`]), run a one-node job as a `weft node` process ([`node_process`]), and
-//! skip a test that cannot run here, except under CI ([`skip`]).
+//! ([`unprivileged`]), run a one-node job as a `weft node` process ([`node_process`]), run a
+//! job under a real launcher ([`launched`]) and a real Slurm cluster ([`slurm`]), and skip a
+//! test that cannot run here, except under CI ([`skip`]).
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod events;
 pub mod handshake;
+pub mod launched;
 pub mod node_process;
 pub mod overlay;
 pub mod seccomp;
 pub mod serving;
 pub mod skip;
+pub mod slurm;
 pub mod ticking;
 pub mod unprivileged;
 
