@@ -1,6 +1,6 @@
 //! `weft bench stabilize --hosts K`: ranks on network-namespace hosts of this machine, every
-//! failure kind a host adds (its processes crash together, or its link goes down and nothing
-//! says goodbye), the views agreeing, the clock offsets estimated, and the hosts gone
+//! failure kind a host adds (its processes crash together, its link goes down and nothing
+//! says goodbye, or the link between it and the root's host is cut), the views agreeing, the clock offsets estimated, and the hosts gone
 //! afterwards — also when the harness itself is SIGKILLed mid-run.
 //!
 //! Needs root (namespaces, a bridge) and iproute2; under `CI=true` their absence fails.
@@ -95,6 +95,38 @@ fn a_host_whose_link_goes_down_is_suspected_in_silence_and_agreed_on() {
         detect >= 900_000.0,
         "suspected after {detect} µs: something reset"
     );
+}
+
+#[test]
+fn a_host_cut_off_from_the_roots_host_is_excluded_and_agreed_on() {
+    if !can_make_hosts() {
+        return;
+    }
+    // The link between host 0 and a host drawn per trial carries nothing; both hosts live
+    // on, and the third still reaches both.
+    let (r, pid) = bench(&[
+        "--hosts",
+        "3",
+        "--nodes",
+        "9",
+        "--fail",
+        "link",
+        "--dead-after-ms",
+        "1000",
+        "--repeat",
+        "2",
+    ]);
+    assert_eq!(
+        (r["fail"].as_str(), r["repeat"].as_u64()),
+        (Some("link"), Some(2))
+    );
+    assert_eq!(r["views_agree"], true, "{r}");
+    let detect = r["detect_p50_us"].as_f64().expect("detect");
+    assert!(
+        detect >= 900_000.0,
+        "suspected after {detect} µs: the cut was not silent"
+    );
+    assert!(hosts_of(pid).is_empty(), "left behind: {:?}", hosts_of(pid));
 }
 
 #[test]

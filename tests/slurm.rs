@@ -31,14 +31,7 @@ fn srun_starts_jobs_across_four_hosts_that_survive_kills() {
     };
     let slurm = Slurm::start(&hosts, 16);
     let srun = |n: &str| {
-        let mut c = slurm.srun(&[
-            "-N",
-            "4",
-            "-n",
-            n,
-            "--kill-on-bad-exit=0",
-            "--no-kill",
-        ]);
+        let mut c = slurm.srun(&["-N", "4", "-n", n, "--kill-on-bad-exit=0", "--no-kill"]);
         c.env("WEFT_JOB_SECRET", "slurm-test")
             .env_remove("WEFT_JOB_KEY");
         c

@@ -18,14 +18,14 @@
 //! largest bound among the ranks whose times decide it: 0 when they all share rank 0's host.
 //!
 //! **Hosts fail too.** Every rank names its host in its hello; `--fail host` crashes every
-//! node of a host drawn per trial (never rank 0's), and `--fail host-down`, on the namespace
-//! hosts of [`super::hosts`], takes that host's link down instead, so that nothing says
-//! goodbye, and brings it back when the trial ends.
+//! node of a host drawn per trial (never rank 0's). On the namespace hosts of
+//! [`super::hosts`], `--fail host-down` takes that host's link down instead, so that nothing
+//! says goodbye, and `--fail link` cuts the link between it and rank 0's host while both
+//! reach the others; either is undone when the trial ends.
 
 use super::control::{split, ControlError, ControlReceiver, ControlSender, Direction};
 use super::hosts::Cluster;
-use super::scenario::Fail;
-use super::scenario::Plan;
+use super::scenario::{Fail, HostFailure, Plan};
 use super::stabilize::{
     member_config, settle, summarize, BenchConfig, BenchError, BenchReport, Trial,
 };
@@ -325,12 +325,36 @@ struct Driver {
     netns_host: Vec<Option<u32>>,
 }
 
-/// A host whose link a trial took down; it comes back up when the trial ends, however it ends.
-struct Downed<'a>(&'a Cluster, u32);
+/// A host a trial silences instead of crashing its processes, on the namespace cluster: its
+/// link down, or (`from`: the root's host) the link between the two cut.
+struct Silence {
+    cluster: Cluster,
+    host: u32,
+    from: Option<u32>,
+}
 
-impl Drop for Downed<'_> {
+impl Silence {
+    /// Silence the host until the returned guard is dropped.
+    fn apply(&self) -> Result<Restore<'_>, BenchError> {
+        match self.from {
+            None => self.cluster.down(self.host),
+            Some(f) => self.cluster.cut(f, self.host),
+        }
+        .map_err(failed)?;
+        Ok(Restore(self))
+    }
+}
+
+/// Undoes a [`Silence`] when the trial ends, however it ends.
+struct Restore<'a>(&'a Silence);
+
+impl Drop for Restore<'_> {
     fn drop(&mut self) {
-        let _ = self.0.up(self.1);
+        let s = self.0;
+        let _ = match s.from {
+            None => s.cluster.up(s.host),
+            Some(f) => s.cluster.mend(f, s.host),
+        };
     }
 }
 
@@ -542,20 +566,31 @@ impl Driver {
     fn trial(&mut self, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         let mut silent = None;
         let plan = match cfg.fail {
-            Fail::Host { silent: s } if !cfg.join => {
+            Fail::Host(how) if !cfg.join => {
                 let (h, fail, index) = self.host_victims(cfg, rep)?;
-                if s {
+                if how != HostFailure::Crash {
                     let cluster = std::env::var(super::hosts::CLUSTER_VAR).map_err(|_| {
                         failed(format!(
-                            "--fail host-down takes a link down: it needs the hosts of \
+                            "--fail {} silences a host's link: it needs the hosts of \
                              --hosts K ({} is not set)",
+                            cfg.fail,
                             super::hosts::CLUSTER_VAR
                         ))
                     })?;
                     let cluster = Cluster::attach(&cluster).map_err(failed)?;
-                    let index =
-                        index.ok_or_else(|| failed(format!("host {h} is not a netns host")))?;
-                    silent = Some((cluster, index));
+                    let not_netns = |h: &str| failed(format!("host {h} is not a netns host"));
+                    let host = index.ok_or_else(|| not_netns(&h))?;
+                    let from = match how {
+                        HostFailure::Link => {
+                            Some(self.netns_host[0].ok_or_else(|| not_netns(&self.host[0]))?)
+                        }
+                        _ => None,
+                    };
+                    silent = Some(Silence {
+                        cluster,
+                        host,
+                        from,
+                    });
                 }
                 super::stabilize::plan(
                     &BenchConfig {
@@ -612,11 +647,10 @@ impl Driver {
             (i128::from(ns) - offsets[who as usize].ns).max(0) as u64
         };
         let mut killed_at: Option<u64> = None;
-        let _downed = match &silent {
-            Some((cluster, h)) => {
+        let _restore = match &silent {
+            Some(s) => {
                 killed_at = Some(monotonic_ns());
-                cluster.down(*h).map_err(failed)?;
-                Some(Downed(cluster, *h))
+                Some(s.apply()?)
             }
             None => {
                 for v in &victims {

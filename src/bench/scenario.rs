@@ -25,13 +25,25 @@ pub enum Fail {
     RootPlus(usize),
     /// These processes, killed in this order (`n0,n1`: the root, then the next in line).
     Named(Vec<NodeId>),
-    /// Every process of a random host other than the root's: crashed together (`host`), or
-    /// cut off silently by its link going down (`host-down`: nothing says goodbye). Only a
-    /// job whose ranks say which host they are on can draw it ([`super::launched`]).
-    Host {
-        /// The link goes down instead of the processes crashing.
-        silent: bool,
-    },
+    /// Every process of a random host other than the root's, in one of the ways a host
+    /// fails ([`HostFailure`]). Only a job whose ranks say which host they are on can draw it
+    /// ([`super::launched`]).
+    Host(HostFailure),
+}
+
+/// How a host fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostFailure {
+    /// Its processes crash together (`host`).
+    Crash,
+    /// Its link goes down (`host-down`): nothing says goodbye, nothing gets through.
+    Down,
+    /// The link between it and the root's host carries nothing, silently (`link`), while
+    /// both hosts live on and reach every other host. Its processes cannot reach the root's
+    /// side, and ICS'06 treats a process that times out as failed (its footnote 1): the
+    /// root's view must settle without them, as for `host-down`. With ranks in blocks every
+    /// tree edge between hosts leaves the root's host, so this is the link the tree uses.
+    Link,
 }
 
 impl Fail {
@@ -43,7 +55,7 @@ impl Fail {
             Fail::RootPlus(k) => k + 1,
             Fail::Named(v) => v.len(),
             // At least one; how many is known once the ranks have said where they are.
-            Fail::Host { .. } => 1,
+            Fail::Host(_) => 1,
         }
     }
 
@@ -77,15 +89,19 @@ impl FromStr for Fail {
     type Err = String;
     fn from_str(s: &str) -> Result<Fail, String> {
         let bad = || {
-            format!("--fail {s:?}: expected leaf, inner, root, multi:K, root+K, host or host-down")
+            format!(
+                "--fail {s:?}: expected leaf, inner, root, multi:K, root+K, host, host-down or \
+                 link"
+            )
         };
         let count = |k: &str| k.parse::<usize>().map_err(|_| bad());
         Ok(match s {
             "leaf" => Fail::Leaf,
             "inner" => Fail::Inner,
             "root" => Fail::Root,
-            "host" => Fail::Host { silent: false },
-            "host-down" => Fail::Host { silent: true },
+            "host" => Fail::Host(HostFailure::Crash),
+            "host-down" => Fail::Host(HostFailure::Down),
+            "link" => Fail::Host(HostFailure::Link),
             _ if s.starts_with("multi:") => match count(&s[6..])? {
                 0 => return Err(format!("--fail {s:?}: multi:K kills K >= 1 processes")),
                 k => Fail::Multi(k),
@@ -104,8 +120,9 @@ impl fmt::Display for Fail {
             Fail::Root => f.write_str("root"),
             Fail::Multi(k) => write!(f, "multi:{k}"),
             Fail::RootPlus(k) => write!(f, "root+{k}"),
-            Fail::Host { silent: false } => f.write_str("host"),
-            Fail::Host { silent: true } => f.write_str("host-down"),
+            Fail::Host(HostFailure::Crash) => f.write_str("host"),
+            Fail::Host(HostFailure::Down) => f.write_str("host-down"),
+            Fail::Host(HostFailure::Link) => f.write_str("link"),
             Fail::Named(v) => {
                 let names: Vec<String> = v.iter().map(|id| id.to_string()).collect();
                 f.write_str(&names.join(","))
@@ -165,7 +182,7 @@ pub fn victims(
             ids(v)
         }
         Fail::Named(v) => v.clone(),
-        Fail::Host { .. } => {
+        Fail::Host(_) => {
             return Err(format!(
                 "--fail {fail}: needs processes on several hosts (--hosts K, or a launcher)"
             ))
@@ -252,7 +269,7 @@ mod tests {
         assert_eq!("multi:3".parse::<Fail>(), Ok(Fail::Multi(3)));
         assert_eq!("root+2".parse::<Fail>(), Ok(Fail::RootPlus(2)));
         assert!("sideways".parse::<Fail>().is_err());
-        for s in ["host", "host-down", "multi:3", "root+2", "leaf"] {
+        for s in ["host", "host-down", "link", "multi:3", "root+2", "leaf"] {
             assert_eq!(s.parse::<Fail>().map(|f| f.to_string()), Ok(s.to_string()));
         }
         assert!("multi:0".parse::<Fail>().is_err(), "kills nobody");

@@ -624,7 +624,7 @@ pub fn check(cfg: &BenchConfig) -> Result<(), BenchError> {
             "joins are measured with in-process nodes only".into(),
         ));
     }
-    if let super::scenario::Fail::Host { .. } = cfg.fail {
+    if let super::scenario::Fail::Host(_) = cfg.fail {
         // The host is drawn once the ranks have said where they run.
         return super::scenario::plan(cfg.nodes, cfg.radix, None, cfg.seed, 0)
             .map(drop)

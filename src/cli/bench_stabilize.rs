@@ -72,15 +72,15 @@ pub struct BenchStabilizeArgs {
     bootstrap: Option<BootstrapArg>,
     /// Spread the nodes over K hosts made on this machine (network namespaces on a bridge,
     /// root needed): one `--bootstrap env` process per node, in blocks, rank 0 on host 0
-    /// driving. Makes --fail host and host-down possible. Several --nodes-list sizes run one
-    /// job each.
+    /// driving. Makes --fail host, host-down and link possible. Several --nodes-list sizes
+    /// run one job each.
     #[arg(long, conflicts_with_all = ["procs", "compare", "join", "plot", "bootstrap"])]
     hosts: Option<u32>,
     /// With --hosts: shape every host's link to this rate both ways (`tc … tbf`), e.g. 1gbit.
     #[arg(long, requires = "hosts")]
     shape: Option<String>,
     /// Suspect a silent peer (no reset, no answer: a host that vanished) after this long, ms.
-    /// Only --fail host-down waits for it.
+    /// Only --fail host-down and link wait for it.
     #[arg(long)]
     dead_after_ms: Option<u64>,
 }
@@ -125,14 +125,14 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.plot {
         checks::writable("--plot", p)?;
     }
-    if matches!(fail, Fail::Host { .. }) && a.hosts.is_none() && a.bootstrap.is_none() {
+    if matches!(fail, Fail::Host(_)) && a.hosts.is_none() && a.bootstrap.is_none() {
         anyhow::bail!("--fail {fail}: needs processes on several hosts (--hosts K or --bootstrap)");
     }
     if let Some(k) = a.hosts {
         for &n in &sizes {
             weft::bench::hosts::check(n, k)?;
         }
-        if matches!(fail, Fail::Host { .. }) && k < 2 {
+        if matches!(fail, Fail::Host(_)) && k < 2 {
             anyhow::bail!(
                 "--fail {fail} fails a host other than rank 0's: needs --hosts 2 or more"
             );

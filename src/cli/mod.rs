@@ -103,7 +103,8 @@ impl TreeArgs {
 pub struct FailArgs {
     /// leaf, inner, root, multi:K (K random non-root processes), root+K (the root and K
     /// others), or with processes on several hosts (--hosts, a launcher) host (every process
-    /// of a host crashes) or host-down (its link goes down; see --dead-after-ms).
+    /// of a host crashes), and on --hosts host-down (its link goes down) or link (the link
+    /// between it and the root's host carries nothing; both see --dead-after-ms).
     #[arg(long, default_value = "inner")]
     pub fail: Fail,
     /// Kill these processes, in this order, instead of a --fail draw: n0,n1 (the root, then

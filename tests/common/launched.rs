@@ -156,4 +156,3 @@ pub fn bench_under(launcher: &str, n: u32, mut cmd: Command, extra: &[&str]) -> 
     eprintln!("{launcher}: {r}");
     r
 }
-

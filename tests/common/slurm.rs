@@ -17,7 +17,14 @@ use std::time::{Duration, Instant};
 use weft::bench::hosts::Cluster;
 
 /// The Debian programs a Slurm cluster needs.
-const PROGRAMS: [&str; 6] = ["munged", "slurmctld", "slurmd", "srun", "nsenter", "unshare"];
+const PROGRAMS: [&str; 6] = [
+    "munged",
+    "slurmctld",
+    "slurmd",
+    "srun",
+    "nsenter",
+    "unshare",
+];
 
 /// Whether Slurm's daemons are installed (Debian: slurmctld, slurmd, slurm-client, munge);
 /// skips (fails under CI) if not.
@@ -84,9 +91,15 @@ impl<'a> Slurm<'a> {
         munged
             .arg("-F")
             .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--key-file={}", d.join("munge/munge.key").display()))
+            .arg(format!(
+                "--key-file={}",
+                d.join("munge/munge.key").display()
+            ))
             .arg(format!("--log-file={}", d.join("log/munged.log").display()))
-            .arg(format!("--pid-file={}", d.join("munge/munged.pid").display()))
+            .arg(format!(
+                "--pid-file={}",
+                d.join("munge/munged.pid").display()
+            ))
             .arg(format!("--seed-file={}", d.join("munge/seed").display()));
         slurm.spawn(munged);
         slurm.wait("munged's socket", || socket.exists());

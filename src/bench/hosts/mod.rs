@@ -6,8 +6,9 @@
 //! always`): their times are put on rank 0's clock by Cristian's round trips, as on a real
 //! cluster, and here the true offset is known to be zero.
 //!
-//! The silent failures need the hosts: `--fail host-down` takes a host's link down, and rank 0
-//! does it through the cluster named in `WEFT_NETNS_CLUSTER`.
+//! The silent failures need the hosts: `--fail host-down` takes a host's link down, `--fail
+//! link` cuts the link between rank 0's host and another, and rank 0 does it through the
+//! cluster named in `WEFT_NETNS_CLUSTER`.
 
 pub mod netns;
 
