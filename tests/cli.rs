@@ -331,17 +331,28 @@ fn model_validate_compares_every_model_and_plots() {
             "c_us",
             "base_us",
             "distance_us",
+            "l_n_us",
+            "l_n_pairs_us",
+            "l_n_fan2_us",
+            "l_n_fan4_us",
             "contention_us",
+            "cpu_sharing_us",
         ] {
             let x = v[field].as_f64().unwrap_or(f64::NAN);
             assert!(x > 0.0 && x.is_finite(), "{field} = {x}");
         }
-        // The contention model adds CPU to the base model; it is never below it.
-        assert!(v["contention_us"].as_f64() >= v["base_us"].as_f64());
+        // The CPU-sharing model adds CPU to the base model; it is never below it.
+        assert!(v["cpu_sharing_us"].as_f64() >= v["base_us"].as_f64());
+        // The paper's contention model is the base model at the loaded latency of the
+        // tree's own fan-out (radix 4 by default).
+        let f = |k: &str| v[k].as_f64().unwrap();
+        let h = f("height");
+        let want = 2.0 * f("l_n_us") * (h - 1.0) + f("ocp_us") * h;
+        assert!((f("contention_us") - want).abs() < 1e-6 * want, "{v}");
+        assert_eq!(f("l_n_us"), f("l_n_fan4_us"), "{v}");
     }
-    assert!(std::fs::read_to_string(&svg)
-        .unwrap()
-        .contains("contention model"));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("contention model (L(N))") && svg.contains("CPU-sharing model"));
 }
 
 #[test]

@@ -130,6 +130,61 @@ fn a_host_cut_off_from_the_roots_host_is_excluded_and_agreed_on() {
 }
 
 #[test]
+fn the_models_are_validated_across_shaped_hosts() {
+    if !can_make_hosts() {
+        return;
+    }
+    let mut c = common::weft_command(&[], &["model", "validate", "--json"]);
+    c.args([
+        "--hosts",
+        "2",
+        "--shape",
+        "1gbit",
+        "--nodes-list",
+        "4,6",
+        "--radix",
+        "2",
+        "--repeat",
+        "2",
+        "--seed",
+        "5",
+    ]);
+    let out = c.output().expect("weft runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON row"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for (r, n) in rows.iter().zip([4, 6]) {
+        assert_eq!(
+            (
+                r["nodes"].as_u64(),
+                r["hosts"].as_u64(),
+                r["shape"].as_str()
+            ),
+            (Some(n), Some(2), Some("1gbit")),
+            "{r}"
+        );
+        assert_eq!(r["launcher"], "env", "{r}");
+        assert_eq!(r["views_agree"], true, "{r}");
+        // L(N) measured on the ranks for the tree's fan-out (radix 2), and the paper's
+        // contention model built on it.
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        assert!(f("l_us") > 0.0 && f("l_n_us") > 0.0, "{r}");
+        assert_eq!(f("l_n_us"), f("l_n_fan2_us"), "{r}");
+        let h = f("height");
+        let want = 2.0 * f("l_n_us") * (h - 1.0) + f("ocp_us") * h;
+        assert!((f("contention_us") - want).abs() < 1e-6 * want, "{r}");
+    }
+}
+
+#[test]
 fn a_killed_harness_leaves_no_hosts_behind() {
     if !can_make_hosts() {
         return;

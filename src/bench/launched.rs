@@ -23,6 +23,7 @@
 //! says goodbye, and `--fail link` cuts the link between it and rank 0's host while both
 //! reach the others; either is undone when the trial ends.
 
+use super::contention::{self, Contention};
 use super::control::{split, ControlError, ControlReceiver, ControlSender, Direction};
 use super::hosts::Cluster;
 use super::scenario::{Fail, HostFailure, Plan};
@@ -31,7 +32,10 @@ use super::stabilize::{
 };
 use crate::bootstrap::{exchange, launch, Launch, ProcessEnv, Want};
 use crate::engine::monotonic_ns;
+use crate::engine::reactor::NodeEvent;
 use crate::proto::membership::Membership;
+use crate::proto::ping::PingPong;
+use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::transport::process::report_of;
 use crate::transport::{bind, spawn, NodeHandle, NodeOptions, NodeSpec};
@@ -67,6 +71,106 @@ pub fn run(
     repeat: u32,
     each: impl FnMut(u32, &Trial),
 ) -> Result<Option<BenchReport>, BenchError> {
+    let Some(mut job) = join(cfg, want)? else {
+        return Ok(None);
+    };
+    let trials = job.driver.trials(&job.cfg, repeat, each);
+    let report = job.report(trials);
+    job.end();
+    Ok(Some(report?))
+}
+
+/// What `weft model validate` measures on a launched job, besides its trials.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// `L`: ping-pong between rank 0 and the last rank (on the last host, when there are
+    /// several), nothing else running; `fanout` 1.
+    pub pair: Contention,
+    /// `L(N)` for each fan-out asked for: every rank in its group at once ([`contention`]).
+    pub loaded: Vec<Contention>,
+    /// The trials' report.
+    pub report: BenchReport,
+    /// Machines the ranks run on (distinct kernels: namespace hosts share one).
+    pub machines: u32,
+}
+
+/// Run the model validation's measurements as this rank of a launched job: `L` between two
+/// ranks, `L(N)` for every fan-out of `fanouts` ([`contention`], `iters` timed rounds per
+/// parent), then `repeat` trials. Rank 0 returns them; the others `None`.
+pub fn measure(
+    cfg: &BenchConfig,
+    want: Want,
+    repeat: u32,
+    fanouts: &[u32],
+    iters: u64,
+) -> Result<Option<Measured>, BenchError> {
+    let Some(mut job) = join(cfg, want)? else {
+        return Ok(None);
+    };
+    let measured = job.measure(repeat, fanouts, iters);
+    job.end();
+    measured.map(Some)
+}
+
+/// Rank 0's side of a launched job, once every rank is on the control channel.
+struct Root {
+    driver: Driver,
+    cfg: BenchConfig,
+    launcher: String,
+    steal: crate::engine::StealMeter,
+    rank_thread: std::thread::JoinHandle<Result<(), BenchError>>,
+}
+
+impl Root {
+    /// The report of `trials`, as the in-process benchmark gives it, plus the launch.
+    fn report(&self, trials: Result<Vec<Trial>, BenchError>) -> Result<BenchReport, BenchError> {
+        let mut report = summarize(&self.cfg, &trials?, self.steal.pct());
+        report.ranks = Some(self.cfg.nodes);
+        report.launcher = Some(self.launcher.clone());
+        report.placement = None;
+        Ok(report)
+    }
+
+    fn measure(
+        &mut self,
+        repeat: u32,
+        fanouts: &[u32],
+        iters: u64,
+    ) -> Result<Measured, BenchError> {
+        let n = self.cfg.nodes;
+        let warmup = (iters / 10).max(1);
+        let pair = vec![vec![NodeId(0), NodeId(u64::from(n - 1))]];
+        let rtt = self.driver.ping(&pair, iters, warmup)?;
+        let pair = Contention::of(n, 1, 1, &rtt);
+        let mut loaded = Vec::new();
+        for &f in fanouts {
+            let g = contention::groups(n, f);
+            let rtt = self.driver.ping(&g, iters, warmup)?;
+            loaded.push(Contention::of(n, f, g.len() as u32, &rtt));
+        }
+        let trials = self.driver.trials(&self.cfg, repeat, |_, _| {});
+        let mut boots = self.driver.boot.clone();
+        boots.sort();
+        boots.dedup();
+        Ok(Measured {
+            pair,
+            loaded,
+            report: self.report(trials)?,
+            machines: boots.len() as u32,
+        })
+    }
+
+    /// Let the ranks go and wait for rank 0's own (whose errors the driver has seen).
+    fn end(mut self) {
+        self.driver.dismiss();
+        let _ = self.rank_thread.join();
+    }
+}
+
+/// Take this process's place in the launched job: every rank serves its node as rank 0 says;
+/// rank 0 also drives, and gets the [`Root`] once every rank is on the control channel. The
+/// others return `None` once rank 0 lets them go.
+fn join(cfg: &BenchConfig, want: Want) -> Result<Option<Root>, BenchError> {
     let env = ProcessEnv;
     let launch: Launch = launch::detect(want, &env)?;
     let cfg = BenchConfig {
@@ -123,17 +227,14 @@ pub fn run(
         return Ok(None);
     };
     let launcher = joined.launch.launcher.to_string();
-    let mut driver = Driver::accept(control, &key, &cfg, deadline)?;
-    let steal = crate::engine::StealMeter::start();
-    let trials = driver.trials(&cfg, repeat, each);
-    driver.dismiss();
-    let trials = trials?;
-    let _ = rank_thread.join();
-    let mut report = summarize(&cfg, &trials, steal.pct());
-    report.ranks = Some(cfg.nodes);
-    report.launcher = Some(launcher);
-    report.placement = None;
-    Ok(Some(report))
+    let driver = Driver::accept(control, &key, &cfg, deadline)?;
+    Ok(Some(Root {
+        driver,
+        cfg,
+        launcher,
+        steal: crate::engine::StealMeter::start(),
+        rank_thread,
+    }))
 }
 
 /// One rank's side: a node it starts, crashes and restarts as rank 0 says.
@@ -179,6 +280,8 @@ impl Rank {
         )?;
         let mut listener = Some(listener);
         let mut node: Option<NodeHandle<Membership>> = None;
+        // A ping phase's node (`ping`), until its `stop`.
+        let mut pinger: Option<NodeHandle<PingPong>> = None;
         loop {
             let m = rx.recv(None)?;
             let reply = match m["c"].as_str() {
@@ -204,16 +307,44 @@ impl Rank {
                     }
                     json!({"r": "killed", "ns": at})
                 }
+                Some("ping") => {
+                    let l = listener.take().ok_or_else(|| failed("ping before bind"))?;
+                    let groups: Vec<Vec<NodeId>> =
+                        serde_json::from_value::<Vec<Vec<u64>>>(m["groups"].clone())
+                            .map_err(|e| failed(format!("ping: groups: {e}")))?
+                            .into_iter()
+                            .map(|g| g.into_iter().map(NodeId).collect())
+                            .collect();
+                    let (iters, warmup) = (
+                        m["iters"].as_u64().unwrap_or(0),
+                        m["warmup"].as_u64().unwrap_or(0),
+                    );
+                    if groups.iter().any(|g| g.contains(&self.id)) {
+                        let proto = contention::protocol(&groups, self.id, iters, warmup);
+                        pinger = Some(self.start_pinger(l, proto, tx.clone())?);
+                    } else {
+                        // Sits this phase out; the listener waits for the next.
+                        listener = Some(l);
+                    }
+                    json!({"r": "started"})
+                }
                 Some("stop") => {
                     if let Some(mut n) = node.take() {
                         let _ = n.stop();
                     }
-                    json!({"r": "stopped"})
+                    let rtt: Vec<u64> = match pinger.take() {
+                        Some(mut p) => p.stop()?.samples().iter().map(|&(_, ns)| ns).collect(),
+                        None => Vec::new(),
+                    };
+                    json!({"r": "stopped", "rtt_ns": rtt})
                 }
                 Some("clock") => json!({"r": "clock", "seq": m["seq"], "ns": monotonic_ns()}),
                 Some("exit") => {
                     if let Some(mut n) = node.take() {
                         let _ = n.stop();
+                    }
+                    if let Some(mut p) = pinger.take() {
+                        let _ = p.stop();
                     }
                     return Ok(());
                 }
@@ -260,6 +391,41 @@ impl Rank {
                 let line = json!({"r": "ev", "ev": r});
                 if tx.lock().map(|mut t| t.send(&line)).is_err() {
                     return;
+                }
+            }
+        });
+        Ok(node)
+    }
+}
+
+impl Rank {
+    /// A ping phase's node on `listener`; a pinger says `done` up the control channel when its
+    /// rounds are over.
+    fn start_pinger(
+        &self,
+        listener: std::net::TcpListener,
+        proto: PingPong,
+        tx: Arc<Mutex<ControlSender>>,
+    ) -> Result<NodeHandle<PingPong>, BenchError> {
+        let opts = NodeOptions {
+            pin: false,
+            incarnation: crate::transport::incarnation_now(),
+            ..self.opts.clone()
+        };
+        let (etx, erx) = channel();
+        let spec = NodeSpec {
+            id: self.id,
+            listener,
+            peers: self.peers.clone(),
+            key: self.key.clone(),
+            core: None,
+        };
+        let node = spawn(spec, &opts, proto, etx)?;
+        std::thread::spawn(move || {
+            for (_, e) in erx {
+                if matches!(e, NodeEvent::Protocol(Event::Done)) {
+                    let line = json!({"r": "ev", "ev": {"kind": "done"}});
+                    let _ = tx.lock().map(|mut t| t.send(&line));
                 }
             }
         });
@@ -323,6 +489,8 @@ struct Driver {
     host: Vec<String>,
     /// Each rank's host in the namespace cluster, under `--hosts`.
     netns_host: Vec<Option<u32>>,
+    /// Each rank's kernel boot id (one per machine).
+    boot: Vec<String>,
 }
 
 /// A host a trial silences instead of crashing its processes, on the namespace cluster: its
@@ -380,6 +548,7 @@ impl Driver {
         let mut same_clock = vec![false; n];
         let mut host = vec![String::new(); n];
         let mut netns_host = vec![None; n];
+        let mut boot = vec![String::new(); n];
         let ours = boot_id();
         // `WEFT_CLOCK_SYNC=always` estimates every rank's offset, as for ranks on other hosts
         // (to check the estimate where the true offset is known: zero).
@@ -412,6 +581,7 @@ impl Driver {
                             host[rank] = v["host"].as_str().unwrap_or("").to_string();
                             netns_host[rank] =
                                 v["netns_host"].as_str().and_then(|h| h.parse().ok());
+                            boot[rank] = v["boot"].as_str().unwrap_or("").to_string();
                             named += 1;
                             let tx: Sender<(u32, Value)> = tx.clone();
                             std::thread::spawn(move || {
@@ -437,6 +607,7 @@ impl Driver {
             same_clock,
             host,
             netns_host,
+            boot,
         })
     }
 
@@ -753,6 +924,55 @@ impl Driver {
             backend: crate::transport::backend_name(&ran_on),
             clock_err: Some(Duration::from_nanos(clock_err)),
         })
+    }
+
+    /// A ping phase: every rank's node down and its port bound again, then every group of
+    /// `groups` (a parent and its children, [`contention`]) pings at once, `iters` timed
+    /// rounds after `warmup`; every parent's round trips, ns.
+    fn ping(
+        &mut self,
+        groups: &[Vec<NodeId>],
+        iters: u64,
+        warmup: u64,
+    ) -> Result<Vec<u64>, BenchError> {
+        let mut seen = Vec::new();
+        self.tell_all(json!({"c": "stop"}))?;
+        self.all_say("stopped", &mut seen)?;
+        self.tell_all(json!({"c": "bind"}))?;
+        self.all_say("bound", &mut seen)?;
+        let ids: Vec<Vec<u64>> = groups
+            .iter()
+            .map(|g| g.iter().map(|i| i.0).collect())
+            .collect();
+        seen.clear();
+        self.tell_all(json!({"c": "ping", "groups": ids, "iters": iters, "warmup": warmup}))?;
+        self.all_say("started", &mut seen)?;
+        let mut parents: HashSet<u32> = groups.iter().map(|g| g[0].0 as u32).collect();
+        let deadline = Instant::now() + self.timeout;
+        let mut pending = std::mem::take(&mut seen).into_iter();
+        while !parents.is_empty() {
+            let (who, v) = match pending.next() {
+                Some(x) => x,
+                None => self.next(
+                    deadline,
+                    &format!("{} ping groups still running", parents.len()),
+                )?,
+            };
+            if v["r"] == "ev" && v["ev"]["kind"] == "done" {
+                parents.remove(&who);
+            }
+        }
+        self.tell_all(json!({"c": "stop"}))?;
+        let stopped = self.all_say("stopped", &mut seen)?;
+        Ok(stopped
+            .iter()
+            .flat_map(|v| {
+                v["rtt_ns"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
+            .collect())
     }
 
     /// Stop every rank's node and let the ranks go.

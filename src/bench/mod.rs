@@ -16,7 +16,9 @@
 //! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree;
 //! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
 //! - [`ping`]: engine ping-pong against a std busy-poll loop;
-//! - [`relay`]: the per-message CPU cost of the contention model;
+//! - [`relay`]: the per-message CPU cost of the CPU-sharing model;
+//! - [`contention`]: ICS'06 Figure 7, the latency between neighbors while all communicate,
+//!   which the paper's contention model puts in place of `L`;
 //! - [`route`]: messages and a broadcast routed over the BMG around killed nodes, a hop's
 //!   cost beside the engine's one-way latency;
 //! - [`validate`]: the ICS'06 latency models against the measured Ts;
@@ -27,6 +29,7 @@ pub mod bmg;
 pub mod broadcast;
 pub mod bsp;
 pub mod checkpoint;
+pub mod contention;
 pub mod control;
 pub mod heartbeat;
 pub mod hosts;

@@ -2,10 +2,16 @@
 //! stabilization sweep, and compare every model with the measurement at every N.
 //!
 //! Parameters: `L` is the engine's one-way latency (ping-pong, 32 B, same backend and wait
-//! mode as the sweep); `Ocp` is the local recalculation time (the sans-IO protocol handling a
-//! `FailedNode` for every process of a job of N, timed); `c` is the per-message CPU cost on the
-//! engine under load (the relay ring at the same N); `M`, the messages of a stabilization, is
-//! counted by the simulator for the same failures.
+//! mode as the sweep); `L(N)` is ICS'06 Figure 7's latency under contention (every process in
+//! a group of a parent and its children, all pinging at once, [`super::contention`]); `Ocp`
+//! is the local recalculation time (the sans-IO protocol handling a `FailedNode` for every
+//! process of a job of N, timed); `c` is the per-message CPU cost on the engine under load
+//! (the relay ring at the same N); `M`, the messages of a stabilization, is counted by the
+//! simulator for the same failures.
+//!
+//! On a launched job (`--bootstrap`, and the namespace hosts of `--hosts`), `L` is the
+//! ping-pong between rank 0 and the last rank (on another host when there are several) and
+//! `L(N)` is measured on the job's own ranks, where they run; `Ocp`, `c` and `M` stay local.
 
 use super::stabilize::{self as bench, BenchConfig, BenchError};
 use super::{ping, relay};
@@ -18,11 +24,11 @@ use crate::topology::radix::RadixTree;
 use crate::topology::torus::Torus;
 use crate::transport::NodeOptions;
 use crate::NodeId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// One N of the validation (a JSON line of `weft model validate --json`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ValidateRow {
     /// Nodes.
     pub nodes: u32,
@@ -62,14 +68,33 @@ pub struct ValidateRow {
     pub torus: String,
     /// Distance model (that torus, ranks in XYZ order), µs.
     pub distance_us: f64,
-    /// Contention model, µs.
+    /// `L(N)` with the tree's own fan-out (a parent and `radix` children), µs: what the
+    /// contention model puts in place of `L`.
+    pub l_n_us: f64,
+    /// `L(N)` of pairs (Figure 7 (a)), µs.
+    pub l_n_pairs_us: f64,
+    /// `L(N)` of a parent with two children (Figure 7 (b)), µs.
+    pub l_n_fan2_us: f64,
+    /// `L(N)` of a parent with four children (Figure 7 (c)), µs.
+    pub l_n_fan4_us: f64,
+    /// ICS'06's contention model: the base model with `L(N)` for `L`, µs.
     pub contention_us: f64,
+    /// CPU-sharing model: the base model plus the stabilization's CPU over the cores, µs.
+    pub cpu_sharing_us: f64,
     /// |base − mean| / mean.
     pub base_err: f64,
     /// |distance − mean| / mean.
     pub distance_err: f64,
     /// |contention − mean| / mean.
     pub contention_err: f64,
+    /// |CPU sharing − mean| / mean.
+    pub cpu_sharing_err: f64,
+    /// Namespace hosts the ranks ran on (`--hosts`).
+    pub hosts: Option<u32>,
+    /// Their links' rate (`--shape`).
+    pub shape: Option<String>,
+    /// The launcher, on a launched job.
+    pub launcher: Option<String>,
     /// CPU time the hypervisor took during the sweep point, % of all CPUs' time.
     pub steal_pct: Option<f64>,
     /// Every trial's survivors agreed on one view.
@@ -171,14 +196,22 @@ pub fn measure_engine_at(nodes: u32, opts: &NodeOptions) -> Result<(f64, f64, u3
     Ok((l, r.c_us, r.reactors))
 }
 
-/// Validate at one N: parameters, the real sweep point, the three models.
-/// The distance model lays the ranks on `torus` (`None`: the smallest BG/L partition that
-/// holds them, [`Torus::partition`]).
-pub fn validate(
-    cfg: &BenchConfig,
-    repeat: u32,
-    torus: Option<Torus>,
-) -> Result<ValidateRow, BenchError> {
+/// The fan-outs whose `L(N)` a validation measures: Figure 7's three (pairs, 2, 4) and the
+/// tree's own.
+pub fn fanouts(radix: u32) -> Vec<u32> {
+    let mut f = vec![1, 2, 4];
+    if !f.contains(&radix) {
+        f.push(radix);
+    }
+    f
+}
+
+/// Timed rounds per parent of each `L(N)` measurement.
+pub const CONTENTION_ROUNDS: u64 = 200;
+
+/// The torus of the distance model for `cfg`'s job (`None`: the smallest BG/L partition that
+/// holds it, [`Torus::partition`]), or why it cannot hold it.
+fn torus_for(cfg: &BenchConfig, torus: Option<Torus>) -> Result<Torus, BenchError> {
     let torus = torus.unwrap_or_else(|| Torus::partition(cfg.nodes as u64));
     if !torus.holds(cfg.nodes as u64) {
         return Err(BenchError::Config(format!(
@@ -186,20 +219,100 @@ pub fn validate(
             cfg.nodes
         )));
     }
+    Ok(torus)
+}
+
+/// Validate at one N on in-process nodes: parameters, the real sweep point, the models.
+/// The distance model lays the ranks on `torus` (`None`: the smallest BG/L partition that
+/// holds them, [`Torus::partition`]).
+pub fn validate(
+    cfg: &BenchConfig,
+    repeat: u32,
+    torus: Option<Torus>,
+) -> Result<ValidateRow, BenchError> {
+    let torus = torus_for(cfg, torus)?;
     let (l, c, cores) = measure_engine(cfg)?;
+    let loaded = fanouts(cfg.radix)
+        .into_iter()
+        .map(|f| {
+            super::contention::measure(
+                cfg.nodes,
+                f,
+                CONTENTION_ROUNDS,
+                CONTENTION_ROUNDS / 10,
+                &cfg.opts,
+                cfg.timeout,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let report = bench::run(cfg, repeat, |_, _| {})?;
+    row(cfg, repeat, torus, l, &loaded, (c, cores), &report)
+}
+
+/// Validate at one N as this rank of a launched job (`want`: which launcher): `L` and `L(N)`
+/// on the job's ranks, then its trials ([`super::launched::measure`]). Rank 0 returns the row;
+/// the others `None`.
+pub fn validate_launched(
+    cfg: &BenchConfig,
+    want: crate::bootstrap::Want,
+    repeat: u32,
+    torus: Option<Torus>,
+) -> Result<Option<ValidateRow>, BenchError> {
+    let Some(m) =
+        super::launched::measure(cfg, want, repeat, &fanouts(cfg.radix), CONTENTION_ROUNDS)?
+    else {
+        return Ok(None);
+    };
+    let cfg = BenchConfig {
+        nodes: m.report.nodes,
+        ..cfg.clone()
+    };
+    let torus = torus_for(&cfg, torus)?;
+    // The CPU-sharing model's per-message cost, on this host's cores.
+    let (_, c, cores) = measure_engine(&cfg)?;
+    let mut r = row(
+        &cfg,
+        repeat,
+        torus,
+        m.pair.l_us,
+        &m.loaded,
+        (c, cores * m.machines.max(1)),
+        &m.report,
+    )?;
+    r.launcher = m.report.launcher.clone();
+    Ok(Some(r))
+}
+
+/// The row of one N: the models from the parameters, beside the measured Ts in `report`.
+/// `cpu`: the per-message cost `c` and the cores the processes share.
+fn row(
+    cfg: &BenchConfig,
+    repeat: u32,
+    torus: Torus,
+    l: f64,
+    loaded: &[super::contention::Contention],
+    (c, cores): (f64, u32),
+    report: &super::stabilize::BenchReport,
+) -> Result<ValidateRow, BenchError> {
     let ocp = measure_ocp(cfg.nodes, cfg.radix, cfg.mode);
     let messages = count_messages(cfg, repeat).map_err(BenchError::Config)?;
-    let report = bench::run(cfg, repeat, |_, _| {})?;
     let h = report.height;
+    let l_n = |f: u32| {
+        loaded
+            .iter()
+            .find(|x| x.fanout == f)
+            .map_or(f64::NAN, |x| x.l_us)
+    };
     let base = latency::base(l, ocp, h);
     let distance = latency::distance(l, ocp, cfg.nodes, cfg.radix, torus);
+    let contention = latency::contention(l_n(cfg.radix), ocp, h);
     let load = latency::Load {
         messages: messages.round() as u64,
         c_us: c,
         processes: cfg.nodes.saturating_sub(cfg.fail.killed() as u32),
         ocp_us: ocp,
     };
-    let contention = latency::contention(base, load, cores);
+    let cpu_sharing = latency::cpu_sharing(base, load, cores);
     let m = report.ts_mean_us;
     Ok(ValidateRow {
         nodes: cfg.nodes,
@@ -221,10 +334,19 @@ pub fn validate(
         base_us: base,
         torus: torus.to_string(),
         distance_us: distance,
+        l_n_us: l_n(cfg.radix),
+        l_n_pairs_us: l_n(1),
+        l_n_fan2_us: l_n(2),
+        l_n_fan4_us: l_n(4),
         contention_us: contention,
+        cpu_sharing_us: cpu_sharing,
         base_err: latency::relative_error(base, m),
         distance_err: latency::relative_error(distance, m),
         contention_err: latency::relative_error(contention, m),
+        cpu_sharing_err: latency::relative_error(cpu_sharing, m),
+        hosts: None,
+        shape: None,
+        launcher: None,
         steal_pct: report.steal_pct,
         views_agree: report.views_agree,
     })

@@ -139,7 +139,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         }
         let cluster = weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?;
         let exe = std::env::current_exe()?;
-        let args = forwarded(std::env::args_os());
+        let args = super::forwarded(std::env::args_os(), "stabilize", &[]);
         for &n in &sizes {
             for r in weft::bench::hosts::run(&exe, &cluster, a.shape.as_deref(), n, &args)? {
                 print_launched(&a, &r)?;
@@ -363,38 +363,4 @@ fn print_launched(a: &BenchStabilizeArgs, r: &BenchReport) -> anyhow::Result<()>
     }
     anyhow::ensure!(r.views_agree, "survivors did not agree on one view");
     Ok(())
-}
-
-/// This command's own flags, for the ranks it starts on `--hosts`: what follows `stabilize`,
-/// less what only the harness reads (`--hosts`, `--shape`, the sizes, `--json`).
-fn forwarded(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    const VALUED: [&str; 4] = ["--hosts", "--shape", "--nodes", "--nodes-list"];
-    let mut out = Vec::new();
-    let mut args = args.skip_while(|a| a != "stabilize").skip(1);
-    while let Some(a) = args.next() {
-        let s = a.to_string_lossy();
-        if VALUED.contains(&s.as_ref()) {
-            args.next();
-        } else if s == "--json" || VALUED.iter().any(|f| s.starts_with(&format!("{f}="))) {
-        } else {
-            out.push(a);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::forwarded;
-
-    #[test]
-    fn the_harness_keeps_the_trial_flags_and_drops_its_own() {
-        let args = "weft bench stabilize --hosts 4 --nodes-list 8,16 --fail host-down \
-                    --shape=1gbit --json --nodes=8 --repeat 3 --seed 7";
-        let got: Vec<String> = forwarded(args.split_whitespace().map(Into::into))
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(got, ["--fail", "host-down", "--repeat", "3", "--seed", "7"]);
-    }
 }

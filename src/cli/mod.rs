@@ -255,3 +255,56 @@ pub(crate) fn stdout_failed(e: std::io::Error) -> ! {
     eprintln!("weft: error: cannot write to stdout: {e}");
     std::process::exit(1);
 }
+
+/// A command's own flags, for the ranks it starts on `--hosts` (`weft <…> after <flags>`):
+/// what follows `after`, less what only the harness reads (`--hosts`, `--shape`, the sizes,
+/// `--json`, and `also` with their values).
+pub(crate) fn forwarded(
+    args: impl Iterator<Item = std::ffi::OsString>,
+    after: &str,
+    also: &[&str],
+) -> Vec<std::ffi::OsString> {
+    let valued: Vec<&str> = ["--hosts", "--shape", "--nodes", "--nodes-list"]
+        .iter()
+        .chain(also)
+        .copied()
+        .collect();
+    let mut out = Vec::new();
+    let mut args = args.skip_while(|a| a != after).skip(1);
+    while let Some(a) = args.next() {
+        let s = a.to_string_lossy();
+        if valued.contains(&s.as_ref()) {
+            args.next();
+        } else if s == "--json" || valued.iter().any(|f| s.starts_with(&format!("{f}="))) {
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forwarded;
+
+    #[test]
+    fn the_harness_keeps_the_trial_flags_and_drops_its_own() {
+        let args = "weft bench stabilize --hosts 4 --nodes-list 8,16 --fail host-down \
+                    --shape=1gbit --json --nodes=8 --repeat 3 --seed 7";
+        let got: Vec<String> = forwarded(args.split_whitespace().map(Into::into), "stabilize", &[])
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(got, ["--fail", "host-down", "--repeat", "3", "--seed", "7"]);
+        let args = "weft model validate --hosts 2 --plot v.svg --nodes-list 4 --radix 2";
+        let got: Vec<String> = forwarded(
+            args.split_whitespace().map(Into::into),
+            "validate",
+            &["--plot"],
+        )
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+        assert_eq!(got, ["--radix", "2"]);
+    }
+}

@@ -1,12 +1,14 @@
-//! `weft model validate`: the models of ICS'06 against real runs on this machine.
+//! `weft model validate`: the models of ICS'06 against real runs on this machine, on
+//! namespace hosts of it (`--hosts`), or as the ranks of a launched job (`--bootstrap`).
 
 use super::checks;
 use super::plot::{log_x_svg, Series};
+use super::values::BootstrapArg;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use weft::bench::scenario::Fail;
-use weft::bench::validate::{validate, ValidateRow};
+use weft::bench::validate::{validate, validate_launched, ValidateRow};
 use weft::rng::SimRng;
 use weft::topology::torus::Torus;
 
@@ -33,17 +35,33 @@ pub struct ValidateArgs {
     /// Seed of the victims' choice.
     #[arg(long)]
     seed: Option<u64>,
+    /// Longest wait for one phase of a trial, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    timeout_s: f64,
     /// Write measured points (99% CI bars) and the model curves to this SVG.
     #[arg(long)]
     plot: Option<PathBuf>,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
+    /// Run as one rank of a launched job (`srun`, `mpirun`, `mpiexec.hydra`): the job's size
+    /// is the one N; `L` and `L(N)` are measured on its ranks, rank 0 prints the row.
+    #[arg(long, value_enum, conflicts_with_all = ["nodes_list", "plot", "hosts"])]
+    bootstrap: Option<BootstrapArg>,
+    /// Run every size as ranks on K hosts made on this machine (network namespaces on a
+    /// bridge, root needed), in blocks, rank 0 on host 0: `L`, `L(N)` and Ts across them.
+    #[arg(long)]
+    hosts: Option<u32>,
+    /// With --hosts: shape every host's link to this rate both ways (`tc … tbf`), e.g. 1gbit,
+    /// the Gigabit Ethernet of the paper's Figures 6–8.
+    #[arg(long, requires = "hosts")]
+    shape: Option<String>,
 }
 
 /// Run `weft model validate`.
 pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     // Everything is checked before the first measurement.
+    let timeout = checks::positive_duration("--timeout-s", a.timeout_s, 1.0)?;
     a.tree.check()?;
     anyhow::ensure!(a.repeat >= 1, "--repeat must be at least 1");
     anyhow::ensure!(
@@ -59,9 +77,25 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         );
     }
     let seed = a.seed.unwrap_or_else(SimRng::fresh_seed);
+    let config = |n: u32| weft::bench::stabilize::BenchConfig {
+        timeout,
+        ..a.tree.bench(n, a.fail.clone(), seed, &a.engine)
+    };
+    if let Some(b) = a.bootstrap {
+        let want = b.want().ok_or_else(|| {
+            anyhow::anyhow!("--bootstrap peers is for weft node; here a launcher")
+        })?;
+        // The size is the job's: checked by the launched run once the launcher says it.
+        let Some(r) = validate_launched(&config(2), want, a.repeat, a.torus)? else {
+            return Ok(());
+        };
+        let mut table = Table::new(&a, seed);
+        table.row(&r);
+        anyhow::ensure!(r.views_agree, "{} nodes: survivors disagreed", r.nodes);
+        return Ok(());
+    }
     for &n in &a.nodes_list {
-        let cfg = a.tree.bench(n, a.fail.clone(), seed, &a.engine);
-        weft::bench::stabilize::check(&cfg).map_err(|e| anyhow::anyhow!("{n} nodes: {e}"))?;
+        weft::bench::stabilize::check(&config(n)).map_err(|e| anyhow::anyhow!("{n} nodes: {e}"))?;
         // A survivors' tree of one process has no wave: its Ts is the detection's own
         // handling, which no model of a wave describes.
         anyhow::ensure!(
@@ -74,103 +108,170 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.plot {
         checks::writable("--plot", p)?;
     }
-    if !a.json {
-        say!(
-            "weft model validate: radix {}, {:?} tree, fail {}, {} trials per size, seed {seed}",
-            a.tree.radix,
-            a.tree.mode(),
-            a.fail,
-            a.repeat
-        );
-        say!("L = engine one-way latency (32 B ping), Ocp = local recalculation, c = CPU per message under load (relay ring),");
-        say!(
-            "M = messages (simulator), c stab = CPU the stabilization used / M (block mode only),"
-        );
-        say!("steal = CPU time the hypervisor took from this machine during the sweep point");
-        say!(
-            "{:>6} {:>2} {:>17} {:>7} {:>7} {:>6} {:>6} {:>7} {:>14} {:>14} {:>16} {:>7}",
-            "nodes",
-            "H",
-            "Ts mean ± 99% CI",
-            "L µs",
-            "Ocp µs",
-            "c µs",
-            "M",
-            "c stab",
-            "base (err)",
-            "distance (err)",
-            "contention (err)",
-            "steal %"
-        );
-    }
+    let cluster = match a.hosts {
+        Some(k) => {
+            for &n in &a.nodes_list {
+                weft::bench::hosts::check(n, k)?;
+            }
+            Some(weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?)
+        }
+        None => None,
+    };
+    let mut table = Table::new(&a, seed);
     let mut rows: Vec<ValidateRow> = Vec::new();
     let bar = ProgressBar::new(a.nodes_list.len() as u64).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} sizes {elapsed}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     for &n in &a.nodes_list {
-        let cfg = a.tree.bench(n, a.fail.clone(), seed, &a.engine);
-        let r = validate(&cfg, a.repeat, a.torus)?;
+        let r = match &cluster {
+            Some(c) => on_hosts(c, a.shape.as_deref(), n, seed)?,
+            None => validate(&config(n), a.repeat, a.torus)?,
+        };
         bar.inc(1);
-        if a.json {
-            bar.suspend(|| say!("{}", serde_json::to_string(&r).unwrap_or_default()));
-        } else {
-            let pct = |e: f64| format!("{:.0}%", e * 100.0);
-            let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
-            bar.suspend(|| {
-                say!(
-                    "{:>6} {:>2} {:>9.1} ± {:<5} {:>7.1} {:>7.2} {:>6.2} {:>6.0} {:>7} {:>8.0} {:>5} {:>8.0} {:>5} {:>9.0} {:>6} {:>7}",
-                    r.nodes,
-                    r.height,
-                    r.ts_mean_us,
-                    opt(r.ci99_us, 1),
-                    r.l_us,
-                    r.ocp_us,
-                    r.c_us,
-                    r.messages,
-                    opt(r.c_stab_us, 2),
-                    r.base_us,
-                    pct(r.base_err),
-                    r.distance_us,
-                    pct(r.distance_err),
-                    r.contention_us,
-                    pct(r.contention_err),
-                    r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}"))
-                )
-            });
-        }
+        bar.suspend(|| table.row(&r));
         anyhow::ensure!(r.views_agree, "{n} nodes: survivors disagreed");
         rows.push(r);
     }
     bar.finish_and_clear();
     if let Some(path) = &a.plot {
-        let n = |r: &ValidateRow| r.nodes as f64;
-        let series = [
-            Series::of("measured (mean, 99% CI)", &rows, n, |r| r.ts_mean_us)
-                .with_error(&rows, |r| r.ci99_us.unwrap_or(0.0)),
-            Series::of("base model", &rows, n, |r| r.base_us),
-            Series::of(
-                &format!(
-                    "distance model ({} torus)",
-                    a.torus
-                        .map_or("BG/L partition".to_string(), |t| t.to_string())
-                ),
-                &rows,
-                n,
-                |r| r.distance_us,
-            ),
-            Series::of("contention model", &rows, n, |r| r.contention_us),
-        ];
-        let title = format!(
-            "Ts after a {} failure, radix {}, loopback TCP ({})",
-            a.fail,
-            a.tree.radix,
-            rows.first().map_or("", |r| r.backend.as_str())
-        );
-        log_x_svg(path, &title, "nodes", "Ts (µs)", &series)?;
+        plot(&a, path, &rows)?;
         if !a.json {
             say!("plot: {}", path.display());
         }
     }
     Ok(())
+}
+
+/// One size on the namespace hosts: this command's flags (and the seed it chose) run as
+/// `n` ranks with `--bootstrap env`; rank 0's row.
+fn on_hosts(
+    cluster: &weft::bench::hosts::Cluster,
+    shape: Option<&str>,
+    n: u32,
+    seed: u64,
+) -> anyhow::Result<ValidateRow> {
+    let exe = std::env::current_exe()?;
+    let mut args = super::forwarded(std::env::args_os(), "validate", &["--plot", "--seed"]);
+    args.extend(["--seed".into(), seed.to_string().into()]);
+    let lines = weft::bench::hosts::launch(&exe, cluster, n, &["model", "validate"], &args)?;
+    let line = lines.last().map(String::as_str).unwrap_or_default();
+    let mut r: ValidateRow = serde_json::from_str(line)
+        .map_err(|e| anyhow::anyhow!("--hosts: rank 0 printed {line:?}: {e}"))?;
+    r.hosts = Some(cluster.hosts());
+    r.shape = shape.map(str::to_owned);
+    Ok(r)
+}
+
+/// The table (or JSON lines) as rows come.
+struct Table {
+    json: bool,
+}
+
+impl Table {
+    /// Print the header (not for JSON).
+    fn new(a: &ValidateArgs, seed: u64) -> Self {
+        if !a.json {
+            let on = match (a.hosts, a.bootstrap) {
+                (Some(k), _) => format!(
+                    "{k} netns hosts{}",
+                    a.shape
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(" shaped to {s}"))
+                ),
+                (None, Some(_)) => "a launched job".into(),
+                (None, None) => "in-process nodes on loopback".into(),
+            };
+            say!(
+                "weft model validate: {on}, radix {}, {:?} tree, fail {}, {} trials per size, seed {seed}",
+                a.tree.radix,
+                a.tree.mode(),
+                a.fail,
+                a.repeat
+            );
+            say!("L = one-way latency (32 B ping; across hosts: rank 0 and the last rank), Ocp = local recalculation,");
+            say!("L(N) = one-way latency while every process pings in a group of a parent and radix children (ICS'06 Fig. 7),");
+            say!("contention = base with L(N) for L (the paper's), cpu sharing = base + the stabilization's CPU over the cores,");
+            say!("steal = CPU time the hypervisor took from this machine during the sweep point");
+            say!(
+                "{:>6} {:>2} {:>17} {:>7} {:>7} {:>7} {:>14} {:>14} {:>16} {:>16} {:>7}",
+                "nodes",
+                "H",
+                "Ts mean ± 99% CI",
+                "L µs",
+                "L(N) µs",
+                "Ocp µs",
+                "base (err)",
+                "distance (err)",
+                "contention (err)",
+                "cpu share (err)",
+                "steal %"
+            );
+        }
+        Table { json: a.json }
+    }
+
+    fn row(&mut self, r: &ValidateRow) {
+        if self.json {
+            say!("{}", serde_json::to_string(r).unwrap_or_default());
+            return;
+        }
+        let pct = |e: f64| format!("{:.0}%", e * 100.0);
+        let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+        say!(
+            "{:>6} {:>2} {:>9.1} ± {:<5} {:>7.1} {:>7.1} {:>7.2} {:>8.0} {:>5} {:>8.0} {:>5} {:>10.0} {:>5} {:>10.0} {:>5} {:>7}",
+            r.nodes,
+            r.height,
+            r.ts_mean_us,
+            opt(r.ci99_us, 1),
+            r.l_us,
+            r.l_n_us,
+            r.ocp_us,
+            r.base_us,
+            pct(r.base_err),
+            r.distance_us,
+            pct(r.distance_err),
+            r.contention_us,
+            pct(r.contention_err),
+            r.cpu_sharing_us,
+            pct(r.cpu_sharing_err),
+            r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}"))
+        );
+    }
+}
+
+/// The measured points and every model's curve against N.
+fn plot(a: &ValidateArgs, path: &std::path::Path, rows: &[ValidateRow]) -> anyhow::Result<()> {
+    let n = |r: &ValidateRow| r.nodes as f64;
+    let series = [
+        Series::of("measured (mean, 99% CI)", rows, n, |r| r.ts_mean_us)
+            .with_error(rows, |r| r.ci99_us.unwrap_or(0.0)),
+        Series::of("base model", rows, n, |r| r.base_us),
+        Series::of(
+            &format!(
+                "distance model ({} torus)",
+                a.torus
+                    .map_or("BG/L partition".to_string(), |t| t.to_string())
+            ),
+            rows,
+            n,
+            |r| r.distance_us,
+        ),
+        Series::of("contention model (L(N))", rows, n, |r| r.contention_us),
+        Series::of("CPU-sharing model", rows, n, |r| r.cpu_sharing_us),
+    ];
+    let on = match a.hosts {
+        Some(k) => format!(
+            "{k} netns hosts{}",
+            a.shape.as_ref().map_or(String::new(), |s| format!(", {s}"))
+        ),
+        None => "loopback TCP".into(),
+    };
+    let title = format!(
+        "Ts after a {} failure, radix {}, {on} ({})",
+        a.fail,
+        a.tree.radix,
+        rows.first().map_or("", |r| r.backend.as_str())
+    );
+    Ok(log_x_svg(path, &title, "nodes", "Ts (µs)", &series)?)
 }

@@ -4,12 +4,15 @@
 //!   the acknowledgment comes up `H−1` levels, and every level recalculates once.
 //! - Distance (section 7.1): each level costs its largest parent–child distance in torus hops
 //!   times `L`, `Ocm = 2·L·Σ_levels max hops`, ranks mapped onto the torus in XYZ order.
-//! - Contention (section 7.2): the paper replaces `L` by a latency measured under the load of
-//!   N communicating nodes, which grows linearly with N. Here the shared resource is the CPU
-//!   (all nodes of a run share the machine's cores), so the load term is the CPU of the
-//!   stabilization spread over the cores: its `M` messages at `c` each (the per-message cost
-//!   measured under load) and the local recalculation of every one of the `P` processes that
-//!   install the new view (`Ocp` each; on BG/L each had its own CPU, here they queue):
+//! - Contention (section 7.2, Figures 6–8): the base model with `L` replaced by `L(N)`, the
+//!   latency measured while N nodes communicate at once in groups of a parent and its
+//!   children (Figure 7; [`crate::bench::contention`] measures it):
+//!   `Ts = 2·L(N)·(H−1) + Ocp·H`.
+//! - CPU sharing (weft's own, beside the paper's): where all nodes of a run share a machine's
+//!   cores, the shared resource is the CPU, so the load term is the CPU of the stabilization
+//!   spread over the cores: its `M` messages at `c` each (the per-message cost measured under
+//!   load) and the local recalculation of every one of the `P` processes that install the new
+//!   view (`Ocp` each; on BG/L each had its own CPU, here they queue):
 //!   `Ts = base + (M·c + P·Ocp)/cores`.
 
 use crate::topology::radix::RadixTree;
@@ -55,8 +58,14 @@ pub struct Load {
     pub ocp_us: f64,
 }
 
-/// The contention model: the base model plus `(M·c + P·Ocp)/cores`, µs.
-pub fn contention(base_us: f64, load: Load, cores: u32) -> f64 {
+/// ICS'06's contention model: equations 1–2 with the latency under contention `L(N)` for
+/// `L`, µs.
+pub fn contention(l_n_us: f64, ocp_us: f64, h: u32) -> f64 {
+    base(l_n_us, ocp_us, h)
+}
+
+/// The CPU-sharing model: the base model plus `(M·c + P·Ocp)/cores`, µs.
+pub fn cpu_sharing(base_us: f64, load: Load, cores: u32) -> f64 {
     let cpu = load.messages as f64 * load.c_us + load.processes as f64 * load.ocp_us;
     base_us + cpu / cores.max(1) as f64
 }
@@ -91,19 +100,29 @@ mod tests {
     }
 
     #[test]
-    fn contention_adds_the_cpu_of_the_messages_and_the_recalculations() {
+    fn contention_is_the_base_model_at_the_loaded_latency() {
+        // The paper's XTORC figures: L = 118 µs alone; a loaded L(N) twice that doubles the
+        // communication term and leaves the recalculations.
+        let (ocp, h) = (2.0, 4);
+        assert_eq!(contention(118.0, ocp, h), base(118.0, ocp, h));
+        let alone = base(118.0, ocp, h) - ocp * h as f64;
+        assert_eq!(contention(236.0, ocp, h) - ocp * h as f64, 2.0 * alone);
+    }
+
+    #[test]
+    fn cpu_sharing_adds_the_cpu_of_the_messages_and_the_recalculations() {
         let load = Load {
             messages: 126,
             c_us: 8.0,
             processes: 63,
             ocp_us: 2.0,
         };
-        assert_eq!(contention(100.0, load, 2), 100.0 + (1008.0 + 126.0) / 2.0);
+        assert_eq!(cpu_sharing(100.0, load, 2), 100.0 + (1008.0 + 126.0) / 2.0);
         let alone = Load {
             processes: 0,
             ..load
         };
-        assert_eq!(contention(100.0, alone, 1), 100.0 + 1008.0);
+        assert_eq!(cpu_sharing(100.0, alone, 1), 100.0 + 1008.0);
         assert!((relative_error(110.0, 100.0) - 0.1).abs() < 1e-12);
     }
 }

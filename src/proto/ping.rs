@@ -3,7 +3,9 @@
 //!
 //! The pinger sends `Ping { seq, payload }`, the ponger echoes it, and each `Pong` records the
 //! round trip, measured with the driver's clock, then sends the next ping; `Event::Done` when
-//! every size is done. Samples stay in the protocol (read them after stopping the node): an
+//! every size is done. A pinger of several peers (`fan_out`, the parent with two or four
+//! children of ICS'06's Figure 7) sends each round's ping to all of them at once, and the
+//! round ends with the last echo: what one level of a tree wave costs the parent. Samples stay in the protocol (read them after stopping the node): an
 //! event per round trip would wake an observer thread that competes for the reactors' cores.
 
 use super::{Event, Outbox, Protocol, Time, TimerId};
@@ -52,9 +54,11 @@ impl super::Message for PingMsg {
 /// Either end of a ping-pong.
 #[derive(Debug)]
 pub struct PingPong {
-    /// `Some` on the pinger: the peer, the rounds per size and the sizes still to do.
-    plan: Option<(NodeId, u64, Vec<usize>)>,
+    /// `Some` on the pinger: the peers, the rounds per size and the sizes still to do.
+    plan: Option<(Vec<NodeId>, u64, Vec<usize>)>,
     seq: u64,
+    /// Echoes of the current round still to come.
+    waiting: usize,
     left: u64,
     sent_at: Time,
     warmup: u64,
@@ -72,6 +76,7 @@ impl PingPong {
         Self {
             plan: None,
             seq: 0,
+            waiting: 0,
             left: 0,
             sent_at: Time::ZERO,
             warmup: 0,
@@ -85,9 +90,16 @@ impl PingPong {
     /// The measuring end: `iters` timed round trips per size (after `warmup` untimed ones), in
     /// the order of `sizes`, to `peer`.
     pub fn pinger(peer: NodeId, sizes: Vec<usize>, iters: u64, warmup: u64) -> Self {
+        Self::fan_out(vec![peer], sizes, iters, warmup)
+    }
+
+    /// The measuring end of a star: like [`Self::pinger`], but each round pings every one of
+    /// `peers` at once and lasts until the last of them has echoed.
+    pub fn fan_out(peers: Vec<NodeId>, sizes: Vec<usize>, iters: u64, warmup: u64) -> Self {
         Self {
-            plan: Some((peer, iters, sizes.into_iter().rev().collect())),
+            plan: Some((peers, iters, sizes.into_iter().rev().collect())),
             seq: 0,
+            waiting: 0,
             left: 0,
             sent_at: Time::ZERO,
             warmup,
@@ -96,6 +108,11 @@ impl PingPong {
             verify: false,
             mismatches: 0,
         }
+    }
+
+    /// Whether this end measures (a pinger), rather than echoes.
+    pub fn is_pinger(&self) -> bool {
+        self.plan.is_some()
     }
 
     /// Check every echo's bytes against the ping's (see [`Self::mismatches`]).
@@ -111,7 +128,7 @@ impl PingPong {
 
     /// Send the next ping of the current size, or report `Done` when no size is left.
     fn send_current(&mut self, now: Time, out: &mut Outbox<PingMsg>) {
-        let Some((peer, _, sizes)) = &self.plan else {
+        let Some((peers, _, sizes)) = &self.plan else {
             return;
         };
         let Some(&size) = sizes.last() else {
@@ -127,13 +144,16 @@ impl PingPong {
                 .into();
         }
         self.sent_at = now;
-        out.send(
-            *peer,
-            PingMsg::Ping {
-                seq: self.seq,
-                payload: self.payload.clone(),
-            },
-        );
+        self.waiting = peers.len();
+        for &peer in peers {
+            out.send(
+                peer,
+                PingMsg::Ping {
+                    seq: self.seq,
+                    payload: self.payload.clone(),
+                },
+            );
+        }
     }
 
     /// Timed round trips so far: `(payload bytes, round-trip nanoseconds)`.
@@ -158,11 +178,15 @@ impl Protocol for PingPong {
         match msg {
             PingMsg::Ping { seq, payload } => out.send(from, PingMsg::Pong { seq, payload }),
             PingMsg::Pong { seq, payload } => {
-                if self.plan.is_none() || seq != self.seq {
+                if self.plan.is_none() || seq != self.seq || self.waiting == 0 {
                     return;
                 }
                 if self.verify && payload != self.payload {
                     self.mismatches += 1;
+                }
+                self.waiting -= 1;
+                if self.waiting > 0 {
+                    return;
                 }
                 let timed = self.left <= self.plan.as_ref().map_or(0, |p| p.1);
                 if timed {
@@ -225,5 +249,45 @@ mod tests {
             &[(8, 10), (8, 10), (8, 10), (64, 10), (64, 10), (64, 10)]
         );
         assert_eq!(reports.last(), Some(&Event::Done));
+    }
+
+    #[test]
+    fn a_fan_out_round_lasts_until_the_last_echo() {
+        let kids = [NodeId(2), NodeId(3), NodeId(4)];
+        let mut p = PingPong::fan_out(kids.to_vec(), vec![32], 2, 0);
+        let mut out = Outbox::new();
+        let pong = |seq| PingMsg::Pong {
+            seq,
+            payload: vec![0u8; 32].into(),
+        };
+        p.on_start(Time(0), &mut out);
+        let mut last = Vec::new();
+        for round in 0..2u64 {
+            let sent: Vec<NodeId> = out
+                .drain()
+                .filter_map(|a| match a {
+                    Action::Send { to, .. } => Some(to),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(sent, kids, "round {round} pings every child at once");
+            let t0 = round * 30; // the next round starts with the last echo
+                                 // Echoes at +10, +20 and +30: nothing more is sent before the last.
+            for (k, dt) in [(kids[0], 10), (kids[2], 20), (kids[1], 30)] {
+                p.on_message(Time(t0 + dt), k, pong(round + 1), &mut out);
+                if dt < 30 {
+                    assert_eq!(out.drain().count(), 0, "round {round} ended early");
+                }
+            }
+        }
+        last.extend(out.drain());
+        assert!(
+            matches!(last[..], [Action::Report(Event::Done)]),
+            "{last:?}"
+        );
+        // A late copy of the last round's echo changes nothing.
+        p.on_message(Time(500), kids[0], pong(2), &mut out);
+        assert_eq!(out.drain().count(), 0);
+        assert_eq!(p.samples(), &[(32, 30), (32, 30)]);
     }
 }

@@ -72,6 +72,29 @@ pub fn run(
     nodes: u32,
     args: &[OsString],
 ) -> Result<Vec<BenchReport>, BenchError> {
+    let lines = launch(exe, cluster, nodes, &["bench", "stabilize"], args)?;
+    lines
+        .iter()
+        .map(|line| {
+            let mut r: BenchReport = serde_json::from_str(line)
+                .map_err(|e| failed(format!("rank 0 printed {line:?}: {e}")))?;
+            r.hosts = Some(cluster.hosts());
+            r.shape = shape.map(str::to_owned);
+            Ok(r)
+        })
+        .collect()
+}
+
+/// Run `weft <command> <args> --bootstrap env --json` as `nodes` ranks spread over `cluster`'s
+/// hosts, the executable at `exe`, and wait for every rank to end; rank 0's output lines
+/// (at least one).
+pub fn launch(
+    exe: &Path,
+    cluster: &Cluster,
+    nodes: u32,
+    command: &[&str],
+    args: &[OsString],
+) -> Result<Vec<String>, BenchError> {
     let k = cluster.hosts();
     check(nodes, k)?;
     let key = JobKey::generate().map_err(failed)?;
@@ -81,7 +104,7 @@ pub fn run(
     for rank in 0..nodes {
         let h = host_of(rank, nodes, k);
         let mut cmd = cluster.command(h, exe);
-        cmd.args(["bench", "stabilize"])
+        cmd.args(command)
             .args(args)
             .args(["--bootstrap", "env", "--json"])
             .env("WEFT_RANK", rank.to_string())
@@ -107,25 +130,20 @@ pub fn run(
         ranks.0.push(c);
     }
     let out = out.ok_or_else(|| failed("rank 0 has no output"))?;
-    let mut reports = Vec::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.map_err(failed)?;
-        let mut r: BenchReport = serde_json::from_str(&line)
-            .map_err(|e| failed(format!("rank 0 printed {line:?}: {e}")))?;
-        r.hosts = Some(k);
-        r.shape = shape.map(str::to_owned);
-        reports.push(r);
-    }
+    let lines = BufReader::new(out)
+        .lines()
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(failed)?;
     for (rank, c) in ranks.0.iter_mut().enumerate() {
         let status = c.wait().map_err(failed)?;
         if !status.success() {
             return Err(failed(format!("rank {rank} ended with {status}")));
         }
     }
-    if reports.is_empty() {
+    if lines.is_empty() {
         return Err(failed("rank 0 reported nothing"));
     }
-    Ok(reports)
+    Ok(lines)
 }
 
 #[cfg(test)]
