@@ -279,6 +279,7 @@ impl Rank {
                    "netns_host": std::env::var(super::hosts::HOST_VAR).ok()}),
         )?;
         let mut listener = Some(listener);
+        let held: Arc<Mutex<Held>> = Arc::default();
         let mut node: Option<NodeHandle<Membership>> = None;
         // A ping phase's node (`ping`), until its `stop`.
         let mut pinger: Option<NodeHandle<PingPong>> = None;
@@ -293,7 +294,9 @@ impl Rank {
                 }
                 Some("start") => {
                     let l = listener.take().ok_or_else(|| failed("start before bind"))?;
-                    let n = self.start(l, tx.clone())?;
+                    // A fresh job reports as it goes (a victim cut off may still hold).
+                    *held.lock().map_err(|_| failed("poisoned"))? = Held::default();
+                    let n = self.start(l, tx.clone(), held.clone())?;
                     let reply = json!({"r": "started", "backend": n.backend.to_string()});
                     node = Some(n);
                     reply
@@ -339,6 +342,19 @@ impl Rank {
                     json!({"r": "stopped", "rtt_ns": rtt})
                 }
                 Some("clock") => json!({"r": "clock", "seq": m["seq"], "ns": monotonic_ns()}),
+                Some("hold") => {
+                    let mut h = held.lock().map_err(|_| failed("poisoned"))?;
+                    *h = Held {
+                        holding: true,
+                        ..Held::default()
+                    };
+                    json!({"r": "holding"})
+                }
+                Some("flush") => {
+                    let mut h = held.lock().map_err(|_| failed("poisoned"))?;
+                    let evs = std::mem::take(&mut *h).lines;
+                    json!({"r": "flushed", "evs": evs})
+                }
                 Some("exit") => {
                     if let Some(mut n) = node.take() {
                         let _ = n.stop();
@@ -362,6 +378,7 @@ impl Rank {
         &self,
         listener: std::net::TcpListener,
         tx: Arc<Mutex<ControlSender>>,
+        held: Arc<Mutex<Held>>,
     ) -> Result<NodeHandle<Membership>, BenchError> {
         let epoch = Instant::now();
         let epoch_ns = monotonic_ns();
@@ -384,17 +401,55 @@ impl Rank {
         let node = spawn(spec, &opts, proto, etx)?;
         let id = self.id;
         std::thread::spawn(move || {
+            let send = |line: &Value| tx.lock().map(|mut t| t.send(line).is_ok()).unwrap_or(false);
             for (_, e) in erx {
                 let Some(r) = report_of(id, epoch_ns, e) else {
                     continue;
                 };
                 let line = json!({"r": "ev", "ev": r});
-                if tx.lock().map(|mut t| t.send(&line)).is_err() {
+                let now = match held.lock() {
+                    Ok(mut h) => h.keep(line),
+                    Err(_) => return,
+                };
+                if !now.iter().all(send) {
                     return;
                 }
             }
         });
         Ok(node)
+    }
+}
+
+/// A rank's reports while a trial's failure is handled (from `hold` to `flush`). Sent as they
+/// come, they cost every rank a wake-up and a write per event and rank 0's process, which
+/// hosts the root, a read and a parse of each (a line per view per rank): CPU taken from the
+/// stabilization they measure. So they wait here, and only a root's `stabilized` goes up at
+/// once, after its view: it is what ends the trial.
+#[derive(Default)]
+struct Held {
+    holding: bool,
+    lines: Vec<Value>,
+    last_view: Option<Value>,
+}
+
+impl Held {
+    /// Keep `line` (a node's event as the control channel carries it); what to send now.
+    fn keep(&mut self, line: Value) -> Vec<Value> {
+        if !self.holding {
+            return vec![line];
+        }
+        match line["ev"]["kind"].as_str() {
+            Some("view") => {
+                self.last_view = Some(line.clone());
+                self.lines.push(line);
+                Vec::new()
+            }
+            Some("stabilized") => self.last_view.iter().cloned().chain([line]).collect(),
+            _ => {
+                self.lines.push(line);
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -446,8 +501,11 @@ fn dismissed_or(e: BenchError, rx: &mut ControlReceiver) -> Result<(), BenchErro
     Err(e)
 }
 
+/// A view as a rank reports it: its name (epoch, root) and its members.
+type ViewReport = ((u64, u64), Vec<u64>);
+
 /// A "view" event's name (epoch, root) and members.
-fn view_report(e: &Value) -> ((u64, u64), Vec<u64>) {
+fn view_report(e: &Value) -> ViewReport {
     let view: Vec<u64> = serde_json::from_value(e["view"].clone()).unwrap_or_default();
     let name = (
         e["epoch"].as_u64().unwrap_or(0),
@@ -631,18 +689,30 @@ impl Driver {
 
     /// Wait until every rank has answered `want` (events that come meanwhile go to `seen`).
     fn all_say(&self, want: &str, seen: &mut Vec<(u32, Value)>) -> Result<Vec<Value>, BenchError> {
+        let all: Vec<u32> = (0..self.down.len() as u32).collect();
+        self.these_say(&all, want, seen)
+    }
+
+    /// Wait until each of `ranks` has answered `want`; the answers in the order of `ranks`.
+    fn these_say(
+        &self,
+        ranks: &[u32],
+        want: &str,
+        seen: &mut Vec<(u32, Value)>,
+    ) -> Result<Vec<Value>, BenchError> {
         let deadline = Instant::now() + self.timeout;
         let mut got: HashMap<u32, Value> = HashMap::new();
-        while got.len() < self.down.len() {
+        while got.len() < ranks.len() {
             let (r, v) = self.next(deadline, &format!("ranks answering {want}"))?;
-            if v["r"] == want {
+            if v["r"] == want && ranks.contains(&r) {
                 got.insert(r, v);
             } else {
                 seen.push((r, v));
             }
         }
-        Ok((0..self.down.len() as u32)
-            .map(|r| got.remove(&r).unwrap_or_default())
+        Ok(ranks
+            .iter()
+            .map(|r| got.remove(r).unwrap_or_default())
             .collect())
     }
 
@@ -817,6 +887,9 @@ impl Driver {
         let on_ours = |who: u32, ns: u64| -> u64 {
             (i128::from(ns) - offsets[who as usize].ns).max(0) as u64
         };
+        // From here to the stabilization the ranks hold their reports ([`Held`]).
+        self.tell_all(json!({"c": "hold"}))?;
+        self.all_say("holding", &mut seen)?;
         let mut killed_at: Option<u64> = None;
         let _restore = match &silent {
             Some(s) => {
@@ -834,7 +907,7 @@ impl Driver {
         let mut last_view: HashMap<u64, ((u64, u64), Vec<u64>)> = HashMap::new();
         let mut decided: HashSet<u32> = HashSet::new();
         let deadline = Instant::now() + self.timeout;
-        let mut pending = seen.into_iter();
+        let mut pending = std::mem::take(&mut seen).into_iter();
         let (epoch, stable_at) = loop {
             let (who, v) = match pending.next() {
                 Some(x) => x,
@@ -871,36 +944,44 @@ impl Driver {
                 _ => {}
             }
         };
-        // The survivors' view reports travel other connections: give them a moment. So may
-        // the first detection (the root's `stabilized` can overtake it, and Ts would read
-        // short); a rank reports its detection before its view on the same connection, so
-        // once every survivor's view is in, every earlier detection is too.
-        let grace = Instant::now() + Duration::from_millis(500);
-        while survivors
-            .iter()
-            .any(|s| last_view.get(s).is_none_or(|(e, _)| *e != epoch))
-        {
-            let Ok((who, v)) = self.next(grace, "") else {
-                break;
-            };
-            let Some(e) = ev(&v) else { continue };
-            let at = on_ours(who, e["mono_ns"].as_u64().unwrap_or(0));
-            match e["kind"].as_str() {
-                Some("view") => {
-                    last_view.insert(u64::from(who), view_report(&e));
+        // What every survivor held meanwhile: its detections and views. The root's
+        // `stabilized` may have overtaken the first detection, which is why it is read only
+        // now. A victim's process may be cut off (`host-down`, `link`): its reports are not
+        // the trial's; it holds them until its next `start`.
+        let told: Vec<u32> = survivors.iter().map(|&s| s as u32).collect();
+        for &r in &told {
+            self.tell(r as usize, json!({"c": "flush"}))?;
+        }
+        let mut installed: HashSet<(u64, ViewReport)> = HashSet::new();
+        let flushed = self.these_say(&told, "flushed", &mut seen)?;
+        for (&who, reply) in told.iter().zip(flushed) {
+            for e in reply["evs"].as_array().into_iter().flatten() {
+                let Some(e) = ev(e) else { continue };
+                let at = on_ours(who, e["mono_ns"].as_u64().unwrap_or(0));
+                match e["kind"].as_str() {
+                    Some("view") => {
+                        installed.insert((u64::from(who), view_report(&e)));
+                    }
+                    Some("detected") if detected.is_none_or(|d| at < d) => {
+                        detected = Some(at);
+                        decided.insert(who);
+                    }
+                    _ => {}
                 }
-                Some("detected") if detected.is_none_or(|d| at < d) => {
-                    detected = Some(at);
-                    decided.insert(who);
-                }
-                _ => {}
             }
         }
-        let views_agree = survivors.iter().all(|s| {
-            last_view
-                .get(s)
-                .is_some_and(|(e, v)| *e == epoch && *v == survivors)
-        });
+        for (who, v) in seen.drain(..) {
+            if v["r"] == "killed" {
+                let at = on_ours(who, v["ns"].as_u64().unwrap_or(0));
+                killed_at = Some(killed_at.map_or(at, |k| k.min(at)));
+            } else if let Some(e) = ev(&v).filter(|e| e["kind"] == "view") {
+                installed.insert((u64::from(who), view_report(&e)));
+            }
+        }
+        // Every survivor installed the stabilized view (a later epoch may have followed).
+        let views_agree = survivors
+            .iter()
+            .all(|&s| installed.contains(&(s, (epoch, survivors.clone()))));
         let detected = detected.unwrap_or(stable_at);
         let clock_err = decided
             .iter()
@@ -1024,5 +1105,31 @@ mod tests {
         let (mut tx, mut rx) = rank_after_driver_left(&[json!({"c": "clock", "seq": 1})]);
         let e = failed_reply(&mut tx);
         assert!(dismissed_or(e, &mut rx).is_err());
+    }
+
+    #[test]
+    fn held_reports_wait_except_the_roots_stabilization_with_its_view() {
+        let ev = |kind: &str, epoch: u64| json!({"r": "ev", "ev": {"kind": kind, "epoch": epoch}});
+        let mut h = Held::default();
+        assert_eq!(h.keep(ev("view", 0)), [ev("view", 0)], "not holding: sent");
+        h = Held {
+            holding: true,
+            ..Held::default()
+        };
+        assert!(h.keep(ev("detected", 1)).is_empty());
+        assert!(h.keep(ev("view", 1)).is_empty());
+        assert!(h.keep(ev("authenticated", 1)).is_empty());
+        // The root's stabilization goes at once, after the view it stabilized.
+        assert_eq!(
+            h.keep(ev("stabilized", 1)),
+            [ev("view", 1), ev("stabilized", 1)]
+        );
+        // Everything else waits for the flush, in order.
+        let kinds: Vec<&str> = h
+            .lines
+            .iter()
+            .map(|l| l["ev"]["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["detected", "view", "authenticated"]);
     }
 }
