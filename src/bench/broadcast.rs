@@ -302,6 +302,93 @@ pub fn run(cfg: &BroadcastBenchConfig) -> Result<BroadcastBenchRow, BenchError> 
     })
 }
 
+/// One cell of the paper's Figure 1 table beside the simulator's projection (a `--json` row
+/// of `weft bench broadcast --paper`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProjectionRow {
+    /// Always true: tells these rows from the real runs' in one stream of JSON lines.
+    pub projection: bool,
+    /// Processes (PEs).
+    pub nodes: usize,
+    /// `C`, `H1` or `H2`.
+    pub protocol: &'static str,
+    /// The paper's time for 100 broadcasts, s.
+    pub paper_s: f64,
+    /// The simulator's, on the calibrated network, s.
+    pub sim_s: f64,
+    /// `sim_s / paper_s`.
+    pub sim_over_paper: f64,
+    /// The paper's time over its H2 at the same size.
+    pub paper_ratio_to_h2: f64,
+    /// The simulator's time over its H2 at the same size.
+    pub sim_ratio_to_h2: f64,
+    /// One-way message time of the network, µs.
+    pub latency_us: f64,
+    /// What a new connection adds, µs (0 for H2).
+    pub connect_us: f64,
+    /// The costs were read off this many PEs (the paper's smallest column).
+    pub calibrated_at: usize,
+}
+
+/// The paper's table and the simulator's projection of it ([`crate::sim::section2`]): the
+/// network's costs read off the 15-PE column, the 16- and 63-PE columns projected from the
+/// hierarchies alone.
+pub fn projection() -> Result<Vec<ProjectionRow>, BenchError> {
+    use crate::sim::section2::{calibrate, cycle, Costs, BROADCASTS, PAPER};
+    let structure = |n: usize, central: bool| {
+        if central {
+            Scheme::C.structure(n)
+        } else {
+            Scheme::H2.structure(n)
+        }
+    };
+    let cal = calibrate(structure)
+        .ok_or_else(|| BenchError::Config("the projection's calibration did not settle".into()))?;
+    let mut rows = Vec::new();
+    for &(n, c, h1, h2) in &PAPER {
+        let mut cells = Vec::new();
+        for (scheme, paper_s, connect_us) in [
+            (Scheme::C, c, cal.c_connect_us),
+            (Scheme::H1, h1, cal.h1_connect_us),
+            (Scheme::H2, h2, 0.0),
+        ] {
+            let costs = Costs {
+                latency_us: cal.latency_us,
+                connect_us,
+            };
+            let t = cycle(n, scheme.structure(n), costs).ok_or_else(|| {
+                BenchError::Config(format!(
+                    "the projection of {} at {n} did not finish",
+                    scheme.name()
+                ))
+            })?;
+            cells.push((
+                scheme,
+                paper_s,
+                t.as_secs_f64() * f64::from(BROADCASTS),
+                connect_us,
+            ));
+        }
+        let (paper_h2, sim_h2) = (cells[2].1, cells[2].2);
+        for (scheme, paper_s, sim_s, connect_us) in cells {
+            rows.push(ProjectionRow {
+                projection: true,
+                nodes: n,
+                protocol: scheme.name(),
+                paper_s,
+                sim_s,
+                sim_over_paper: sim_s / paper_s,
+                paper_ratio_to_h2: paper_s / paper_h2,
+                sim_ratio_to_h2: sim_s / sim_h2,
+                latency_us: cal.latency_us,
+                connect_us,
+                calibrated_at: PAPER[2].0,
+            });
+        }
+    }
+    Ok(rows)
+}
+
 /// The grid application on `n` in-process nodes of their own, exchanging `doubles` values a
 /// round, beside an experiment on the same cores (`None`: not asked for).
 pub(super) fn start_grid(
@@ -384,6 +471,21 @@ fn check_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The projection (deterministic: the simulator) puts back the column it was read off
+    /// and keeps the paper's ratios to H2 at 63 PEs within 25%.
+    #[test]
+    fn the_projection_keeps_the_papers_ratios_at_63() {
+        let rows = projection().unwrap();
+        assert_eq!(rows.len(), 9);
+        for r in rows.iter().filter(|r| r.nodes == 15) {
+            assert!((r.sim_over_paper - 1.0).abs() < 0.02, "{r:?}");
+        }
+        for r in rows.iter().filter(|r| r.nodes == 63 && r.protocol != "H2") {
+            let off = r.sim_ratio_to_h2 / r.paper_ratio_to_h2 - 1.0;
+            assert!(off.abs() < 0.25, "{r:?}");
+        }
+    }
 
     #[test]
     fn victims_are_where_their_names_say() {

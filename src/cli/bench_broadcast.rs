@@ -88,6 +88,11 @@ pub struct BenchBroadcastArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
+    /// Also print the paper's Figure 1 table beside the simulator's projection of it (the
+    /// network's costs read off its 15-PE column, 16 and 63 projected; JSON rows with
+    /// `"projection": true`).
+    #[arg(long)]
+    paper: bool,
     /// One JSON object per run.
     #[arg(long)]
     json: bool,
@@ -220,10 +225,62 @@ pub fn run(a: BenchBroadcastArgs) -> anyhow::Result<()> {
             say!("plot: {}", path.display());
         }
     }
+    if a.paper {
+        paper(a.json)?;
+    }
     let broken = rows.iter().filter(|r| !r.order_ok).count();
     anyhow::ensure!(
         broken == 0,
         "{broken} runs broke the total order (see above)"
     );
+    Ok(())
+}
+
+/// The paper's table beside the simulator's projection.
+fn paper(json: bool) -> anyhow::Result<()> {
+    let rows = weft::bench::broadcast::projection()?;
+    if json {
+        for r in &rows {
+            say!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(());
+    }
+    if let Some(r) = rows.first() {
+        say!(
+            "Gendelman et al. Figure 1 (100 broadcasts, s) and the simulator's projection: \
+             latency {:.0} us, a new connection {:.0} us (C's coordinator) and {:.0} us (H1), \
+             read off the {}-PE column",
+            r.latency_us,
+            rows.iter()
+                .find(|r| r.protocol == "C")
+                .map_or(0.0, |r| r.connect_us),
+            rows.iter()
+                .find(|r| r.protocol == "H1")
+                .map_or(0.0, |r| r.connect_us),
+            r.calibrated_at
+        );
+    }
+    say!(
+        "{:>5} {:>4} {:>9} {:>9} {:>9} {:>12} {:>12}",
+        "PEs",
+        "prot",
+        "paper s",
+        "sim s",
+        "sim/paper",
+        "paper / H2",
+        "sim / H2"
+    );
+    for r in &rows {
+        say!(
+            "{:>5} {:>4} {:>9.1} {:>9.1} {:>9.2} {:>12.1} {:>12.1}",
+            r.nodes,
+            r.protocol,
+            r.paper_s,
+            r.sim_s,
+            r.sim_over_paper,
+            r.paper_ratio_to_h2,
+            r.sim_ratio_to_h2
+        );
+    }
     Ok(())
 }

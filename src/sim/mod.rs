@@ -14,6 +14,7 @@ pub mod churn;
 pub mod faultnet;
 pub mod faults;
 pub mod route;
+pub mod section2;
 pub mod stabilize;
 pub mod timed;
 pub mod tree;
