@@ -847,6 +847,40 @@ fn bench_heartbeat_finds_every_hung_process_after_its_deadline() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--trials 3"));
 }
 
+/// The same with `weft node` processes: the radix membership's ring heartbeats find each
+/// SIGSTOPped process (a detection cannot come before the silence has lasted 1.5 periods).
+#[test]
+fn bench_heartbeat_finds_every_stopped_node_process() {
+    let out = succeed(&[
+        "bench",
+        "heartbeat",
+        "--procs",
+        "--nodes",
+        "6",
+        "--heartbeat-us",
+        "50000",
+        "--trials",
+        "3",
+        "--quiet-periods",
+        "4",
+        "--json",
+    ]);
+    let r = one_json(&out);
+    assert_eq!(
+        (
+            r["trials"].as_u64(),
+            r["protocol"].as_str(),
+            r["procs"].as_bool()
+        ),
+        (Some(3), Some("membership"), Some(true)),
+        "{r}"
+    );
+    assert!(
+        r["detect_us_p50"].as_f64().unwrap() >= 1.5 * 50_000.0 * 0.99,
+        "{r}"
+    );
+}
+
 #[test]
 fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
     let out = succeed(&["bench", "bmg", "--nodes-list", "16,64", "--json"]);

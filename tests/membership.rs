@@ -144,6 +144,7 @@ fn member_cfg() -> MembershipConfig {
         warm: false,
         batch: std::time::Duration::ZERO,
         orphan_hold: weft::proto::membership::ORPHAN_HOLD,
+        heartbeat: None,
     }
 }
 

@@ -21,9 +21,10 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 /// The node processes of one trial; all killed when dropped.
-struct Job {
-    children: Vec<Option<Child>>,
-    reports: Receiver<(u64, serde_json::Value)>,
+pub(crate) struct Job {
+    pub(crate) children: Vec<Option<Child>>,
+    /// Every process's reports, as `(id, line)`.
+    pub(crate) reports: Receiver<(u64, serde_json::Value)>,
 }
 
 impl Drop for Job {
@@ -61,8 +62,14 @@ pub(crate) fn dies_with_launcher(cmd: &mut Command) {
     }
 }
 
-/// Start the processes and give each the others' addresses.
-fn start(exe: &Path, cfg: &BenchConfig, backend: Option<&str>) -> Result<Job, BenchError> {
+/// Start the processes (`weft node` with `cfg`'s tree and engine, and `extra` flags) and give
+/// each the others' addresses.
+pub(crate) fn start(
+    exe: &Path,
+    cfg: &BenchConfig,
+    backend: Option<&str>,
+    extra: &[String],
+) -> Result<Job, BenchError> {
     let key = JobKey::generate().map_err(failed)?;
     let (tx, rx) = channel();
     let mut job = Job {
@@ -80,6 +87,7 @@ fn start(exe: &Path, cfg: &BenchConfig, backend: Option<&str>) -> Result<Job, Be
             .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
             .args(["--batch-us", &cfg.batch.as_micros().to_string()])
             .args(["--orphan-hold-us", &cfg.orphan_hold.as_micros().to_string()])
+            .args(extra)
             .env("WEFT_JOB_KEY", key.to_hex())
             .env_remove("WEFT_BACKEND")
             .stdin(Stdio::piped())
@@ -128,7 +136,13 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
     // A forced backend is handed to every process; otherwise each chooses (and may fall
     // back) on its own, and says what it runs on in its `started` report.
     let forced = forced_backend(cfg.opts.backend)?.map(|b| b.to_string());
-    let mut job = start(exe, cfg, forced.as_deref())?;
+    // No heartbeats: the in-process nodes this run is set beside have none.
+    let mut job = start(
+        exe,
+        cfg,
+        forced.as_deref(),
+        &["--heartbeat-us".into(), "0".into()],
+    )?;
     let mut ran_on = Vec::new();
     let next = |job: &Job, deadline: Instant| {
         job.reports

@@ -345,6 +345,25 @@ mod tests {
         }
     }
 
+    /// Three roots die 9 µs apart, each as it takes over from the last: the fourth in line
+    /// takes over too, and then hears the third's takeover, which was on its way when it died
+    /// and names the same epoch under a lower root. It leaves for that view (the merge rule
+    /// of a split), asks the dead root in, then the others; the one that now counts it as its
+    /// root must admit it as the next root, or the two survivors end in two views (a
+    /// proptest case; it failed so).
+    #[test]
+    fn a_chain_of_roots_dying_as_they_take_over_ends_in_one_view() {
+        let r = run(&StabilizeConfig {
+            victims: vec![NodeId(0), NodeId(1), NodeId(2)],
+            kill_gap: Duration::from_nanos(9001),
+            orphan_hold: Duration::ZERO,
+            send: Duration::ZERO,
+            ..sim_config(5, 2, &Fail::Leaf, TreeMode::Patch, 0)
+        })
+        .unwrap();
+        assert!(r.views_agree && r.stabilized, "{r:?}");
+    }
+
     /// With probes and no detection handed to the experiment, every failure case is found and
     /// healed all the same.
     #[test]

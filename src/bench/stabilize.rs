@@ -180,6 +180,7 @@ pub fn member_config(cfg: &BenchConfig) -> MembershipConfig {
         warm: true,
         batch: cfg.batch,
         orphan_hold: cfg.orphan_hold,
+        heartbeat: None,
     }
 }
 

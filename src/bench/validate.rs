@@ -112,6 +112,7 @@ pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
         warm: false,
         batch: std::time::Duration::ZERO,
         orphan_hold: crate::proto::membership::ORPHAN_HOLD,
+        heartbeat: None,
     };
     // The victim: the last inner node (a leaf in a job too small to have one).
     let victim = RadixTree::new(n, radix)

@@ -3,7 +3,7 @@
 use super::EngineArgs;
 use clap::Args;
 use std::time::Duration;
-use weft::bench::heartbeat::{run as run_bench, HeartbeatBenchConfig};
+use weft::bench::heartbeat::{run as run_bench, run_procs, HeartbeatBenchConfig};
 use weft::proto::heartbeat::HeartbeatConfig;
 
 /// `weft bench heartbeat` arguments.
@@ -30,6 +30,11 @@ pub struct BenchHeartbeatArgs {
     /// Leave the cores idle: no grid application beside.
     #[arg(long)]
     no_background: bool,
+    /// One `weft node` process per node (the radix membership with its ring heartbeats),
+    /// hung with a real SIGSTOP, instead of in-process nodes of the Process Order broadcast
+    /// hung in place.
+    #[arg(long)]
+    procs: bool,
     #[command(flatten)]
     engine: EngineArgs,
     /// One JSON object.
@@ -71,14 +76,23 @@ pub fn run(a: BenchHeartbeatArgs) -> anyhow::Result<()> {
             a.engine.backend.map(Into::into),
         ),
     };
-    let r = run_bench(&cfg)?;
+    let r = if a.procs {
+        run_procs(&cfg, &std::env::current_exe()?)?
+    } else {
+        run_bench(&cfg)?
+    };
     if a.json {
         say!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
     say!(
-        "{} nodes, heartbeat every {} us, suspect after {} periods, {}, backend {}",
+        "{} nodes ({}), heartbeat every {} us, suspect after {} periods, {}, backend {}",
         r.nodes,
+        if r.procs {
+            "weft node processes, membership, SIGSTOP"
+        } else {
+            "in-process, Process Order broadcast"
+        },
         r.heartbeat_us,
         r.suspect_after,
         if r.background {

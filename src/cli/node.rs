@@ -62,6 +62,16 @@ pub struct NodeArgs {
     /// connections).
     #[arg(long, default_value_t = 0)]
     probe_ms: u64,
+    /// Ring heartbeats (Gendelman et al. 5.1): beat to the next process of the view every
+    /// this many µs, and suspect the previous one after --suspect-after periods without a
+    /// word from it: what finds a process that hangs with its sockets open (stopped,
+    /// swapping). 0: off (a hung process is then found by --probe-ms, or after
+    /// --dead-after-ms once unacknowledged data times out).
+    #[arg(long, default_value_t = weft::proto::heartbeat::PERIOD.as_micros() as u64)]
+    heartbeat_us: u64,
+    /// Silence, in heartbeat periods, after which the previous process is suspected.
+    #[arg(long, default_value_t = weft::proto::heartbeat::SUSPECT_AFTER)]
+    suspect_after: f64,
     /// The root collects failure reports this many µs before starting an epoch (0: at once).
     #[arg(long, default_value_t = 0)]
     batch_us: u64,
@@ -211,6 +221,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         warm: true,
         batch: checks::micros("--batch-us", a.batch_us)?,
         orphan_hold: a.tree.orphan_hold(),
+        heartbeat: heartbeat(a.heartbeat_us, a.suspect_after)?,
     };
     let fixed_list = matches!(place, Place::Given { peers: Some(_), .. });
     let startup =
@@ -332,4 +343,22 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         written || launched
     })?;
     Ok(())
+}
+
+/// `--heartbeat-us` and `--suspect-after` (`None`: heartbeats off), checked.
+fn heartbeat(
+    period_us: u64,
+    suspect_after: f64,
+) -> anyhow::Result<Option<weft::proto::heartbeat::HeartbeatConfig>> {
+    if period_us == 0 {
+        return Ok(None);
+    }
+    checks::within("--heartbeat-us", period_us, 10..=60_000_000)?;
+    let h = weft::proto::heartbeat::HeartbeatConfig {
+        period: Duration::from_micros(period_us),
+        suspect_after,
+    };
+    h.check()
+        .map_err(|e| anyhow::anyhow!("--suspect-after / --heartbeat-us: {e}"))?;
+    Ok(Some(h))
 }

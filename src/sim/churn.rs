@@ -62,6 +62,7 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
         batch: std::time::Duration::ZERO,
         // On the scale of the probes, so held reports do run out in these schedules.
         orphan_hold: Duration::from_millis(1),
+        heartbeat: None,
     };
     let retry = Duration::from_millis(1);
     // One copy of each view for the whole simulation, not one per process.

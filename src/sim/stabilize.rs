@@ -127,6 +127,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         warm: false,
         batch: cfg.batch,
         orphan_hold: cfg.orphan_hold,
+        heartbeat: None,
     };
     // One copy of each view for the whole simulation, not one per process (N² bytes).
     let views = SharedViews::new(ids.clone());
@@ -169,6 +170,9 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
     );
     let victims: Vec<u32> = cfg.victims.iter().map(|v| v.0 as u32).collect();
     let gap = cfg.kill_gap.as_nanos() as u64;
+    if std::env::var("WEFT_DEBUG_SIM").is_ok() {
+        world.on_send(Box::new(|t, f, to, m| eprintln!("{t} n{f} -> n{to} {m:?}")));
+    }
     world.start();
     let survives = |c: u32| !victims.contains(&c);
     for (i, &v) in victims.iter().enumerate() {

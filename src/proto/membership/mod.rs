@@ -44,6 +44,12 @@
 //!   failure instead of one per neighbor, and no child has to reach the root (on the engine,
 //!   a dial and a handshake each, in the middle of the stabilization). A child reports when
 //!   the hold runs out or an epoch comes without the failure.
+//! - Ring heartbeats ([`MembershipConfig::heartbeat`], from Gendelman et al. section 5.1,
+//!   not ICS'06) find a process that hangs with its connections up: each process beats to its
+//!   successor in the view's order and its successor, the only one that can tell, reports it
+//!   at once whether or not it is a tree neighbor. A process excluded while it hung beats on
+//!   when it wakes; the process it beats to shows it the view (`Excluded`), so it asks back
+//!   in before its own deadline makes it blame a predecessor that moved on without it.
 //! - With probing on, lost messages are sent again on the probe clock, a child that never
 //!   acknowledges is suspected (the FAILURE_ACK timeout), and views that split (a partition,
 //!   false suspicions both ways) merge again under the lower root ([`repair`]; ICS'06 lets a
@@ -54,6 +60,7 @@ mod repair;
 pub use repair::ACK_ROUNDS;
 use repair::VIA_TRIES;
 
+use super::heartbeat::{Beat, Heartbeat, HeartbeatConfig, BEAT_TIMER, WATCH_TIMER};
 use super::views::{Installed, SharedViews};
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::id::IdMap;
@@ -179,6 +186,14 @@ mod wire_form {
         /// To a process the sender's view does not hold (it probed the sender, or a root looks
         /// for strays): the sender's view now. Not in the paper (see [`repair`]).
         Excluded(Regroup),
+        /// A ring heartbeat ([`MembershipConfig::heartbeat`]; Gendelman et al. section 5.1).
+        Beat(Beat),
+    }
+}
+
+impl From<Beat> for MemberMsg {
+    fn from(b: Beat) -> Self {
+        MemberMsg::Beat(b)
     }
 }
 
@@ -357,6 +372,10 @@ pub struct MembershipConfig {
     /// did not notice), the hold runs out and the children report, and an epoch that still
     /// lacks the failure makes them report it at once.
     pub orphan_hold: Duration,
+    /// Ring heartbeats over the installed view ([`super::heartbeat`]): each process beats to
+    /// its successor in the view's order and suspects its predecessor after a silence, which
+    /// finds a process that hangs with its connections up (`None`: off).
+    pub heartbeat: Option<HeartbeatConfig>,
 }
 
 impl MembershipConfig {
@@ -368,8 +387,11 @@ impl MembershipConfig {
             TreeMode::Patch => "patch",
             TreeMode::Rebalance => "rebalance",
         };
+        let beats = self
+            .heartbeat
+            .map_or(String::new(), |h| format!(" {}", h.params()));
         format!(
-            "membership nodes={members} radix={} mode={mode}",
+            "membership nodes={members} radix={} mode={mode}{beats}",
             self.radix
         )
     }
@@ -486,6 +508,12 @@ pub struct Membership {
     /// At the root: the next position of the list to look at for a process this view
     /// counts dead that may be alive in a view of its own (see [`repair`]).
     stray_next: usize,
+    /// Ring heartbeats, when on ([`MembershipConfig::heartbeat`]).
+    beats: Option<Heartbeat>,
+    /// What the heartbeat ring was last computed from: the state's version, the number of
+    /// suspects (a suspect leaves the ring before the view excludes it) and whether this
+    /// process was asking in (a welcome into an installed epoch changes nothing else).
+    ring_from: (u64, usize, bool),
 }
 
 impl Membership {
@@ -538,6 +566,8 @@ impl Membership {
             stale_rounds: 0,
             unacked: BTreeSet::new(),
             stray_next: 0,
+            beats: cfg.heartbeat.map(Heartbeat::new),
+            ring_from: (u64::MAX, 0, false),
         };
         m.nb = m.neighbors_in_state();
         m.state.root = m.nb.root;
@@ -906,6 +936,13 @@ impl Membership {
 
     /// A suspected failure of `peer` (detection).
     pub fn suspect<M: From<MemberMsg>>(&mut self, peer: NodeId, out: &mut Outbox<M>) {
+        self.suspect_as(peer, false, out);
+    }
+
+    /// A suspected failure of `peer`, by its designated `watcher` (the heartbeat ring's
+    /// successor, the only process that can tell that `peer` hangs) or by anyone who lost a
+    /// connection to it. A watcher reports at once, as a tree neighbor does.
+    fn suspect_as<M: From<MemberMsg>>(&mut self, peer: NodeId, watcher: bool, out: &mut Outbox<M>) {
         let Some(pos) = self.position(peer).filter(|p| !self.dead.contains(p)) else {
             return;
         };
@@ -929,14 +966,14 @@ impl Membership {
             self.chase_root(root, out);
         } else if root == self.me {
             self.root_handles(peer, false, out);
-        } else if self.nb.parent == Some(peer) && !self.cfg.orphan_hold.is_zero() {
+        } else if self.nb.parent == Some(peer) && !self.cfg.orphan_hold.is_zero() && !watcher {
             // The failed parent's own parent (alive, or someone above it reports) reports it;
             // this process only makes sure it happens (`report_pending`).
             if !self.holding {
                 self.holding = true;
                 out.set_timer(HOLD_TIMER, self.cfg.orphan_hold);
             }
-        } else if neighbor {
+        } else if neighbor || watcher {
             // The paper's detectors are a process's tree neighbors; others that lost a
             // connection to `peer` leave the report to them (and make it themselves if `peer`
             // becomes their neighbor, see `install`), so one death is not reported N times.
@@ -1037,9 +1074,15 @@ impl Membership {
                     self.root_admits(id, out);
                 } else if self.joining.is_some() {
                 } else if self.nb.root == id {
-                    // The root itself restarted without its state: its old incarnation is
-                    // gone, which is a root failure; the next root will admit it.
+                    // The root itself restarted without its state (or left its view for a
+                    // root that had died): its old incarnation is gone, which is a root
+                    // failure; the next root admits it. When that is this process, at once:
+                    // the asker goes round the list and may not come back here before it
+                    // gives up and starts a view of its own.
                     self.suspect(id, out);
+                    if self.nb.root == self.me && self.joining.is_none() {
+                        self.root_admits(id, out);
+                    }
                 } else {
                     out.send(self.nb.root, MemberMsg::NewNode { id });
                 }
@@ -1082,6 +1125,8 @@ impl Membership {
                 }
             }
             MemberMsg::Excluded(r) => self.on_excluded(r, from, out),
+            // Handled by the heartbeats, before the protocol (`on_message`).
+            MemberMsg::Beat(_) => {}
             MemberMsg::IAmFine { seq } => {
                 if self.outstanding.get(&from).is_some_and(|&(s, _)| s == seq) {
                     self.outstanding.remove(&from);
@@ -1175,6 +1220,46 @@ impl Membership {
     }
 }
 
+impl Membership {
+    /// The heartbeat ring around this process: its predecessor and successor among the
+    /// installed view's live processes in list order, suspects skipped; `None` alone or
+    /// outside the view.
+    fn ring(&self) -> Option<(NodeId, NodeId)> {
+        if self.joining.is_some() || !self.is_live(self.me) {
+            return None;
+        }
+        let ring: Vec<NodeId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|p| *p == self.me || !self.suspected.contains_key(p))
+            .collect();
+        let i = ring.iter().position(|&p| p == self.me)?;
+        let n = ring.len();
+        (n >= 2).then(|| (ring[(i + n - 1) % n], ring[(i + 1) % n]))
+    }
+
+    /// Heartbeats follow the view and the suspicions (cheap when neither changed).
+    fn follow_ring(&mut self, now: Time, out: &mut Outbox<MemberMsg>) {
+        if self.beats.is_none() {
+            return;
+        }
+        let from = (self.version, self.suspected.len(), self.joining.is_some());
+        if from == self.ring_from {
+            return;
+        }
+        self.ring_from = from;
+        let ring = self.ring();
+        let Some(hb) = self.beats.as_mut() else {
+            return;
+        };
+        match ring {
+            Some((pred, succ)) => hb.set_ring(now, Some(pred), Some(succ), out),
+            None => hb.stop(out),
+        }
+    }
+}
+
 impl Protocol for Membership {
     type Msg = MemberMsg;
 
@@ -1184,6 +1269,7 @@ impl Protocol for Membership {
             self.ask(out);
             return;
         }
+        self.follow_ring(now, out);
         // A first round at once: it opens the connections to the tree neighbors, so a
         // failure is seen (as a lost connection) from the start.
         self.probe(now, out);
@@ -1197,11 +1283,58 @@ impl Protocol for Membership {
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: MemberMsg, out: &mut Outbox<MemberMsg>) {
         self.now = now;
+        if let Some(hb) = self.beats.as_mut() {
+            // Any message proves its sender alive, as a heartbeat would.
+            hb.heard(now, from);
+            if let MemberMsg::Beat(b) = &msg {
+                hb.on_beat(from, b);
+                // A process this view excluded while it hung beats on when it wakes, to a
+                // successor that no longer watches it, and watches a predecessor that no
+                // longer beats to it: shown the view, it asks back in before its deadline
+                // makes it blame a live process.
+                if self.joining.is_none() && self.dead_in(&self.state, from) {
+                    out.send(from, MemberMsg::Excluded(self.state.clone()));
+                }
+                return;
+            }
+        }
         self.handle(from, msg, out);
+        self.follow_ring(now, out);
     }
 
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<MemberMsg>) {
         self.now = now;
+        if timer == BEAT_TIMER || timer == WATCH_TIMER {
+            let hung = self
+                .beats
+                .as_mut()
+                .and_then(|hb| hb.on_timer(now, timer, out));
+            if let Some(p) = hung {
+                // A missed deadline takes the path of a lost connection, reported as by a
+                // tree neighbor: nobody else can see a hung process.
+                self.suspect_as(p, true, out);
+                self.follow_ring(now, out);
+            }
+            return;
+        }
+        self.on_protocol_timer(now, timer, out);
+        self.follow_ring(now, out);
+    }
+
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<MemberMsg>) {
+        self.now = now;
+        self.suspect(peer, out);
+        self.follow_ring(now, out);
+    }
+
+    fn state_version(&self) -> u64 {
+        self.version
+    }
+}
+
+impl Membership {
+    /// One of the protocol's own timers (not the heartbeats').
+    fn on_protocol_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<MemberMsg>) {
         match timer {
             PROBE_TIMER => {
                 self.probe(now, out);
@@ -1224,15 +1357,6 @@ impl Protocol for Membership {
             }
             _ => {}
         }
-    }
-
-    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<MemberMsg>) {
-        self.now = now;
-        self.suspect(peer, out);
-    }
-
-    fn state_version(&self) -> u64 {
-        self.version
     }
 }
 
@@ -1295,6 +1419,7 @@ mod tests {
                 warm: false,
                 batch: Duration::ZERO,
                 orphan_hold: Duration::ZERO,
+                heartbeat: None,
             };
             let all = ids(&(0..21).collect::<Vec<_>>());
             let views = SharedViews::new(all.clone());
@@ -1337,6 +1462,7 @@ mod tests {
             warm: false,
             batch: Duration::ZERO,
             orphan_hold: hold,
+            heartbeat: None,
         };
         let mut m = Membership::new(NodeId(me), ids(&(0..21).collect::<Vec<_>>()), cfg);
         m.on_start(Time::ZERO, &mut Outbox::new());
@@ -1430,6 +1556,121 @@ mod tests {
         );
         child.on_timer(Time(5_000_000), HOLD_TIMER, &mut out);
         assert_eq!(sends(&mut out), vec![]);
+    }
+
+    /// Process `me` of the same 21-process job with ring heartbeats every 10 ms (suspect
+    /// after 2.5 periods), started at time 0; what its start sent.
+    fn beating(me: u64) -> (Membership, Vec<(NodeId, MemberMsg)>) {
+        let cfg = MembershipConfig {
+            heartbeat: Some(HeartbeatConfig {
+                period: Duration::from_millis(10),
+                suspect_after: 2.5,
+            }),
+            ..member(me, Duration::ZERO).cfg
+        };
+        let mut m = Membership::new(NodeId(me), ids(&(0..21).collect::<Vec<_>>()), cfg);
+        let mut out = Outbox::new();
+        m.on_start(Time::ZERO, &mut out);
+        let sent = sends(&mut out);
+        (m, sent)
+    }
+
+    fn beat_to(sent: &[(NodeId, MemberMsg)]) -> Vec<NodeId> {
+        sent.iter()
+            .filter(|(_, m)| matches!(m, MemberMsg::Beat(b) if !b.watch))
+            .map(|(to, _)| *to)
+            .collect()
+    }
+
+    #[test]
+    fn heartbeats_ring_the_view_and_a_hung_predecessor_is_reported_by_its_watcher() {
+        // 9 beats to 10 (its successor in the view) and watches 8.
+        let (mut m, sent) = beating(9);
+        assert_eq!(beat_to(&sent), vec![NodeId(10)]);
+        // 8 falls silent. 9 is no tree neighbor of 8 (8's parent is 1, it has no children),
+        // yet as 8's watcher it reports it at once when the deadline passes.
+        let mut out = Outbox::new();
+        m.on_message(
+            Time(10_000_000),
+            NodeId(8),
+            MemberMsg::Beat(Beat {
+                seq: 1,
+                watch: false,
+            }),
+            &mut out,
+        );
+        out.drain().for_each(drop);
+        m.on_timer(Time(25_000_000), WATCH_TIMER, &mut out);
+        assert!(sends(&mut out).is_empty(), "heard 15 ms ago: not yet");
+        m.on_timer(Time(35_000_000), WATCH_TIMER, &mut out);
+        let sent = sends(&mut out);
+        assert!(sent.contains(&report_of(8)), "{sent:?}");
+        // The ring closes over the suspect: 7 is watched now (told so with `watch`).
+        assert!(
+            sent.iter()
+                .any(|(to, m)| *to == NodeId(7) && matches!(m, MemberMsg::Beat(b) if b.watch)),
+            "{sent:?}"
+        );
+    }
+
+    #[test]
+    fn a_process_excluded_while_it_hung_is_shown_the_view_by_its_old_successor() {
+        let (mut m, _) = beating(4);
+        let mut out = Outbox::new();
+        // The root's epoch excluding 3, which hung.
+        let epoch = Regroup {
+            epoch: 1,
+            dead: vec![3],
+            appended: Vec::new(),
+            root: NodeId(0),
+        };
+        m.on_message(
+            Time(1_000),
+            NodeId(0),
+            MemberMsg::FailedNode(epoch.clone()),
+            &mut out,
+        );
+        let sent = sends(&mut out);
+        assert!(
+            sent.iter()
+                .any(|(to, m)| *to == NodeId(2) && matches!(m, MemberMsg::Beat(b) if b.watch)),
+            "4 watches 2 now: {sent:?}"
+        );
+        // 3 wakes and beats on: it is shown the view that excludes it.
+        m.on_message(
+            Time(2_000),
+            NodeId(3),
+            MemberMsg::Beat(Beat {
+                seq: 9,
+                watch: false,
+            }),
+            &mut out,
+        );
+        assert_eq!(
+            sends(&mut out),
+            vec![(NodeId(3), MemberMsg::Excluded(epoch))]
+        );
+        // A live process's beat is only a beat.
+        m.on_message(
+            Time(3_000),
+            NodeId(2),
+            MemberMsg::Beat(Beat {
+                seq: 1,
+                watch: false,
+            }),
+            &mut out,
+        );
+        assert!(sends(&mut out).is_empty());
+    }
+
+    #[test]
+    fn heartbeats_are_job_parameters() {
+        let (m, _) = beating(0);
+        assert!(m.cfg.params(21).contains("heartbeat=10000us/2.5"));
+        assert!(!member(0, Duration::ZERO)
+            .cfg
+            .params(21)
+            .contains("heartbeat"));
     }
 
     #[test]

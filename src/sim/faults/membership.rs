@@ -45,6 +45,7 @@ fn config(s: &Schedule) -> MembershipConfig {
         warm: false,
         batch: Duration::ZERO,
         orphan_hold: Duration::from_millis(1),
+        heartbeat: None,
     }
 }
 
