@@ -88,9 +88,11 @@ fn a_connection_epoll_cannot_watch_is_refused_alone() {
         child.try_wait().unwrap().is_none(),
         "the node ended: {seen:?}"
     );
-    // A peer of the node's job: its parameters are those of a one-node membership job.
+    // A peer of the node's job: its parameters are those of a one-node membership job with
+    // `weft node`'s defaults (radix 4, patched tree, ring heartbeats).
+    let beats = weft::proto::heartbeat::HeartbeatConfig::default().params();
     let me = Identity {
-        params: "membership nodes=1 radix=4 mode=patch".into(),
+        params: format!("membership nodes=1 radix=4 mode=patch {beats}"),
         ..Identity::new(1, NodeId(5), key)
     };
     let mut peer = TcpStream::connect(addr).expect("the node still listens");

@@ -44,7 +44,7 @@ use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 fn failed(what: impl std::fmt::Display) -> BenchError {
@@ -279,7 +279,7 @@ impl Rank {
                    "netns_host": std::env::var(super::hosts::HOST_VAR).ok()}),
         )?;
         let mut listener = Some(listener);
-        let held: Arc<Mutex<Held>> = Arc::default();
+        let held: Arc<HeldReports> = Arc::default();
         let mut node: Option<NodeHandle<Membership>> = None;
         // A ping phase's node (`ping`), until its `stop`.
         let mut pinger: Option<NodeHandle<PingPong>> = None;
@@ -295,7 +295,7 @@ impl Rank {
                 Some("start") => {
                     let l = listener.take().ok_or_else(|| failed("start before bind"))?;
                     // A fresh job reports as it goes (a victim cut off may still hold).
-                    *held.lock().map_err(|_| failed("poisoned"))? = Held::default();
+                    *held.held.lock().map_err(|_| failed("poisoned"))? = Held::default();
                     let n = self.start(l, tx.clone(), held.clone())?;
                     let reply = json!({"r": "started", "backend": n.backend.to_string()});
                     node = Some(n);
@@ -343,7 +343,7 @@ impl Rank {
                 }
                 Some("clock") => json!({"r": "clock", "seq": m["seq"], "ns": monotonic_ns()}),
                 Some("hold") => {
-                    let mut h = held.lock().map_err(|_| failed("poisoned"))?;
+                    let mut h = held.held.lock().map_err(|_| failed("poisoned"))?;
                     *h = Held {
                         holding: true,
                         ..Held::default()
@@ -351,8 +351,8 @@ impl Rank {
                     json!({"r": "holding"})
                 }
                 Some("flush") => {
-                    let mut h = held.lock().map_err(|_| failed("poisoned"))?;
-                    let evs = std::mem::take(&mut *h).lines;
+                    let want = (m["epoch"].as_u64(), m["root"].as_u64());
+                    let evs = held.flush(want, Duration::from_millis(500))?;
                     json!({"r": "flushed", "evs": evs})
                 }
                 Some("exit") => {
@@ -378,7 +378,7 @@ impl Rank {
         &self,
         listener: std::net::TcpListener,
         tx: Arc<Mutex<ControlSender>>,
-        held: Arc<Mutex<Held>>,
+        held: Arc<HeldReports>,
     ) -> Result<NodeHandle<Membership>, BenchError> {
         let epoch = Instant::now();
         let epoch_ns = monotonic_ns();
@@ -407,10 +407,11 @@ impl Rank {
                     continue;
                 };
                 let line = json!({"r": "ev", "ev": r});
-                let now = match held.lock() {
+                let now = match held.held.lock() {
                     Ok(mut h) => h.keep(line),
                     Err(_) => return,
                 };
+                held.changed.notify_all();
                 if !now.iter().all(send) {
                     return;
                 }
@@ -430,6 +431,50 @@ struct Held {
     holding: bool,
     lines: Vec<Value>,
     last_view: Option<Value>,
+}
+
+/// A rank's [`Held`] reports, shared by its event thread (which keeps them) and its control
+/// loop (which flushes them).
+#[derive(Default)]
+struct HeldReports {
+    held: Mutex<Held>,
+    changed: Condvar,
+}
+
+impl HeldReports {
+    /// Stop holding and take what was held, once it holds the view named `(epoch, root)` if
+    /// one is named, or `within` has passed: a survivor installed that view before its
+    /// acknowledgment left, but the event that reports it comes through the node's event
+    /// channel and may not have reached the held reports yet.
+    fn flush(
+        &self,
+        want: (Option<u64>, Option<u64>),
+        within: Duration,
+    ) -> Result<Vec<Value>, BenchError> {
+        let deadline = Instant::now() + within;
+        let has = |h: &Held| {
+            let (Some(epoch), Some(root)) = want else {
+                return true;
+            };
+            h.lines.iter().any(|l| {
+                let e = &l["ev"];
+                e["kind"] == "view" && e["epoch"] == epoch && e["root"] == root
+            })
+        };
+        let mut h = self.held.lock().map_err(|_| failed("poisoned"))?;
+        while !has(&h) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            h = self
+                .changed
+                .wait_timeout(h, left)
+                .map_err(|_| failed("poisoned"))?
+                .0;
+        }
+        Ok(std::mem::take(&mut *h).lines)
+    }
 }
 
 impl Held {
@@ -950,7 +995,10 @@ impl Driver {
         // the trial's; it holds them until its next `start`.
         let told: Vec<u32> = survivors.iter().map(|&s| s as u32).collect();
         for &r in &told {
-            self.tell(r as usize, json!({"c": "flush"}))?;
+            self.tell(
+                r as usize,
+                json!({"c": "flush", "epoch": epoch.0, "root": epoch.1}),
+            )?;
         }
         let mut installed: HashSet<(u64, ViewReport)> = HashSet::new();
         let flushed = self.these_say(&told, "flushed", &mut seen)?;
