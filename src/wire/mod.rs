@@ -13,7 +13,7 @@ pub mod sendq;
 
 pub use decoder::{Frame, FrameDecoder, PAGE};
 pub use frame::Kind;
-pub use msg::{write_frame, Framed};
+pub use msg::{write_frame, write_sealed_frame, Framed};
 pub use sendq::SendQueue;
 
 /// Why bytes from a peer were refused. The connection that sent them is closed; the node goes on.

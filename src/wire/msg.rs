@@ -112,9 +112,28 @@ pub fn without_addresses(why: &str) -> String {
 /// `msg` as one frame appended to `out` (no MAC, no padding frame in front): for tests, fuzz
 /// seeds and tools. `out` must end on a frame boundary (a multiple of 16 bytes).
 pub fn write_frame<M: Framed>(msg: &M, out: &mut Vec<u8>) -> Result<(), WireError> {
+    frame_into(msg, None, out)
+}
+
+/// [`write_frame`] sealed with `mac`, the sending direction of a connection's session
+/// ([`super::mac::Session::send`]): what an authenticated peer sends, for tools and for tests
+/// that play one.
+pub fn write_sealed_frame<M: Framed>(
+    msg: &M,
+    mac: &mut FrameMac,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    frame_into(msg, Some(mac), out)
+}
+
+fn frame_into<M: Framed>(
+    msg: &M,
+    mac: Option<&mut FrameMac>,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
     use super::frame::{FrameHeader, Kind};
     let mut q = SendQueue::new();
-    msg.push_onto(&mut q, None)?;
+    msg.push_onto(&mut q, mac)?;
     let bytes = q.to_vec();
     let mut at = 0;
     while let Some(h) = FrameHeader::parse(&bytes[at..], u32::MAX)? {

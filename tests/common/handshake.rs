@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 use weft::wire::handshake::{Handshake, Identity, Role};
+use weft::wire::mac::Session;
 use weft::wire::FrameDecoder;
 use weft::NodeId;
 
@@ -23,10 +24,24 @@ pub fn shake_hands_as(
     me: Identity,
     patience: Duration,
 ) -> Result<NodeId, String> {
+    authenticate(role, s, me, patience, &mut Vec::new()).map(|(id, _)| id)
+}
+
+/// [`shake_hands_as`], keeping every byte this end sent in `sent` (a recording to replay),
+/// and returning the connection's session as well: what an authenticated peer holds, to seal
+/// the frames it sends after the handshake.
+pub fn authenticate(
+    role: Role,
+    s: &mut TcpStream,
+    me: Identity,
+    patience: Duration,
+    sent: &mut Vec<u8>,
+) -> Result<(NodeId, Session), String> {
     let mut out = Vec::new();
     let mut hs = Handshake::start(role, me, None, &mut out).map_err(|e| e.to_string())?;
     s.write_all(&out)
         .map_err(|e| format!("send our Hello: {e}"))?;
+    sent.extend_from_slice(&out);
     s.set_read_timeout(Some(patience))
         .map_err(|e| e.to_string())?;
     let mut dec = FrameDecoder::default();
@@ -41,8 +56,10 @@ pub fn shake_hands_as(
             let mut reply = Vec::new();
             let done = hs.on_frame(f.kind, f.body(), &mut reply);
             s.write_all(&reply).map_err(|e| format!("send: {e}"))?;
+            sent.extend_from_slice(&reply);
             if let Some(peer) = done.map_err(|e| e.to_string())? {
-                return Ok(peer.id);
+                let session = hs.session().ok_or("authenticated, yet no session")?;
+                return Ok((peer.id, session));
             }
         }
     }
