@@ -429,3 +429,94 @@ fn disperse_never_leaves_a_mix() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read(&out).unwrap(), b);
 }
+
+/// Run `weft args`; its exit status and its peak resident memory (KiB), from `wait4`.
+fn peak_rss(args: &[&str]) -> (bool, u64) {
+    let child = common::weft_command(&[], args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run weft");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into the two locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    std::mem::forget(child); // reaped by wait4
+    (
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        usage.ru_maxrss as u64,
+    )
+}
+
+/// A file larger than the memory a dispersal or a rebuild may take (`ida::stream`: two sets of
+/// m + n blocks of 1 MiB here, 20 MiB, and one more for the hash) is dispersed and rebuilt
+/// byte for byte, each in under 64 MiB of resident memory while the file is 320 MiB (before
+/// streaming, a 1 GiB file took 2.6 GB to disperse and 5.0 GB to rebuild).
+#[test]
+fn a_file_larger_than_memory_disperses_and_rebuilds_in_bounded_memory() {
+    let dir = scratch("large");
+    let file = dir.join("large.bin");
+    let len: u64 = 320 << 20;
+    {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..len / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.write_all(&x.to_le_bytes()).unwrap();
+        }
+    }
+    let out_dir = dir.join("pieces");
+    let (ok, disperse_kib) = peak_rss(&[
+        "ida",
+        "disperse",
+        s(&file),
+        "-n",
+        "6",
+        "-m",
+        "4",
+        "--mode",
+        "systematic",
+        "-o",
+        s(&out_dir),
+    ]);
+    assert!(ok, "disperse failed");
+    // Two data pieces lost: parity takes part in the rebuild.
+    std::fs::remove_file(out_dir.join("piece-000")).unwrap();
+    std::fs::remove_file(out_dir.join("piece-002")).unwrap();
+    let rebuilt = dir.join("rebuilt.bin");
+    let (ok, rebuild_kib) = peak_rss(&["ida", "reconstruct", s(&out_dir), "-o", s(&rebuilt)]);
+    assert!(ok, "reconstruct failed");
+    let same = {
+        use std::io::Read;
+        let (mut a, mut b) = (
+            std::fs::File::open(&file).unwrap(),
+            std::fs::File::open(&rebuilt).unwrap(),
+        );
+        let (mut x, mut y) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+        loop {
+            let n = a.read(&mut x).unwrap();
+            let m = b.read(&mut y[..n.max(1)]).unwrap();
+            if n == 0 {
+                break m == 0;
+            }
+            if m != n || x[..n] != y[..n] {
+                break false;
+            }
+        }
+    };
+    assert!(same, "the rebuilt file differs");
+    for (what, kib) in [("disperse", disperse_kib), ("reconstruct", rebuild_kib)] {
+        assert!(
+            kib < 64 * 1024,
+            "{what} of a {} MiB file took {} MiB",
+            len >> 20,
+            kib / 1024
+        );
+    }
+}

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 use weft::bench::ida::{measure, memcpy, BenchRow, CONFIGS, SIZES};
-use weft::ida::dir::{name_of, scan, write_pieces, DirError};
+use weft::ida::dir::{disperse_into, name_of, scan, DirError};
 use weft::ida::{Dispersal, Kernel, Mode};
 
 /// `weft ida ...`
@@ -88,20 +88,25 @@ pub fn run(cmd: IdaCommand) -> anyhow::Result<()> {
 }
 
 fn disperse(a: DisperseArgs) -> anyhow::Result<()> {
-    let data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let mode: Mode = a.mode.into();
     let d = Dispersal::new(a.n, a.m, mode)?;
-    let pieces = d.disperse(&data);
-    match write_pieces(&a.out, &pieces, a.replace) {
+    anyhow::ensure!(
+        std::fs::metadata(&a.file)
+            .with_context(|| format!("reading {}", a.file.display()))?
+            .is_file(),
+        "{}: not a regular file",
+        a.file.display()
+    );
+    let (done, _) = match disperse_into(&d, &a.file, &a.out, a.replace) {
         Err(e @ DirError::HoldsPieces { .. }) => bail!("{e} (--replace)"),
         r => r?,
     };
     say!(
         "{}: {} bytes -> {} pieces of {} bytes in {} ({} mode, any {} rebuild it, kernel {})",
         a.file.display(),
-        data.len(),
+        done.file_len,
         a.n,
-        d.piece_len(data.len()),
+        done.piece_len,
         a.out.display(),
         mode,
         a.m,
@@ -115,16 +120,15 @@ fn rebuild(a: ReconstructArgs) -> anyhow::Result<()> {
     for s in &found.skipped {
         eprintln!("skipping {}: {}", s.path.display(), s.why);
     }
-    let r = found.rebuild(a.file_sha.as_deref())?;
+    let r = found.rebuild(a.file_sha.as_deref(), &a.out)?;
     for s in &r.skipped {
         eprintln!("skipping {}: {}", s.path.display(), s.why);
     }
-    std::fs::write(&a.out, &r.data).with_context(|| format!("writing {}", a.out.display()))?;
     let used: Vec<String> = r.used.iter().map(|p| name_of(p)).collect();
     say!(
         "{}: {} bytes rebuilt from {} ({} spare, {} subset(s) tried), SHA-256 verified",
         a.out.display(),
-        r.data.len(),
+        r.len,
         used.join(", "),
         r.spare,
         r.subsets_tried

@@ -3,11 +3,18 @@
 //! or of older dispersals, subdirectories, junk), names every file it passed over and why,
 //! and tries other subsets of pieces when a rebuilt file fails its SHA-256. A dispersal never
 //! leaves its pieces mixed with another's.
+//!
+//! Nothing here holds a piece's body: a scan reads each header and streams the body through
+//! its CRC-32C, and rebuilds and dispersals stream ([`super::stream`]), so a directory of
+//! pieces of a file larger than memory is handled in bounded memory.
 
-use super::piece::MAGIC;
-use super::{reconstruct, Mode, Piece};
+use super::piece::{read_header, PieceHeader, BODY_AT, MAGIC};
+use super::stream::{self, PieceFile, StreamError};
+use super::{Dispersal, IdaError, Mode, Piece};
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Subsets of `m` pieces a rebuild tries before it gives up: each decodes the whole file, and
@@ -98,13 +105,15 @@ pub struct Skipped {
     pub why: String,
 }
 
-/// A valid piece and where it lies.
+/// A valid piece (header checked, body's CRC-32C checked) and where it lies.
 #[derive(Clone, Debug)]
 pub struct Found {
     /// Its file.
     pub path: PathBuf,
-    /// The piece.
-    pub piece: Piece,
+    /// Its header.
+    pub header: PieceHeader,
+    /// Where its body starts in the file.
+    pub body_at: u64,
 }
 
 /// What a directory holds.
@@ -121,8 +130,8 @@ pub struct Scan {
 /// A rebuilt file.
 #[derive(Clone, Debug)]
 pub struct Rebuilt {
-    /// Its bytes (their SHA-256 checked).
-    pub data: Vec<u8>,
+    /// Its length, bytes (the file's SHA-256 checked).
+    pub len: u64,
     /// The `m` pieces it came from.
     pub used: Vec<PathBuf>,
     /// Valid pieces passed over: other files, other dispersals, copies.
@@ -156,20 +165,55 @@ pub fn scan(dir: &Path) -> Result<Scan, DirError> {
             Err(e) => format!("unreadable: {e}"),
             Ok(m) if m.is_dir() => "a directory (not searched)".into(),
             Ok(m) if !m.is_file() => "not a regular file".into(),
-            Ok(_) => match std::fs::read(&path) {
+            Ok(m) => match check(&path, m.len()) {
+                Ok(Ok(found)) => {
+                    scan.pieces.push(found);
+                    continue;
+                }
+                Ok(Err(e)) => e.to_string(),
                 Err(e) => format!("unreadable: {e}"),
-                Ok(bytes) => match Piece::from_bytes(&bytes) {
-                    Ok(piece) => {
-                        scan.pieces.push(Found { path, piece });
-                        continue;
-                    }
-                    Err(e) => e.to_string(),
-                },
             },
         };
         scan.skipped.push(Skipped { path, why });
     }
     Ok(scan)
+}
+
+/// Check the file at `path` (`len` bytes) as a piece: its header, its length, and its body
+/// against the header's CRC-32C, read in blocks. An I/O error, or what is wrong with it.
+fn check(path: &Path, len: u64) -> std::io::Result<Result<Found, IdaError>> {
+    let f = File::open(path)?;
+    let mut head = vec![0u8; BODY_AT.min(len as usize)];
+    f.read_exact_at(&mut head, 0)?;
+    let (header, body_at) = match read_header(&head) {
+        Ok(h) => h,
+        Err(e) => return Ok(Err(e)),
+    };
+    let body_at = body_at as u64;
+    if len != body_at + header.piece_len {
+        return Ok(Err(IdaError::Truncated {
+            index: header.index,
+        }));
+    }
+    let mut crc = 0u32;
+    let mut buf = vec![0u8; stream::HASH_BLOCK];
+    let mut at = body_at;
+    while at < len {
+        let want = (len - at).min(buf.len() as u64) as usize;
+        f.read_exact_at(&mut buf[..want], at)?;
+        crc = crc32c::crc32c_append(crc, &buf[..want]);
+        at += want as u64;
+    }
+    if crc != header.body_crc32c {
+        return Ok(Err(IdaError::CorruptBody {
+            index: header.index,
+        }));
+    }
+    Ok(Ok(Found {
+        path: path.to_path_buf(),
+        header,
+        body_at,
+    }))
 }
 
 /// A dispersal's parameters as pieces carry them: n, m, mode byte.
@@ -218,7 +262,7 @@ fn hex(sha: &[u8; 32]) -> String {
 fn distinct_indices(v: &[&Found]) -> usize {
     let mut seen = [false; 256];
     v.iter()
-        .filter(|f| !std::mem::replace(&mut seen[f.piece.header.index as usize], true))
+        .filter(|f| !std::mem::replace(&mut seen[f.header.index as usize], true))
         .count()
 }
 
@@ -230,16 +274,18 @@ fn mode_name(mode: u8) -> Mode {
 }
 
 impl Scan {
-    /// Rebuild the one file the directory holds enough pieces of (or the one whose SHA-256
-    /// starts with `want`, hex). Only valid pieces take part; a subset whose result fails the
-    /// SHA-256 is replaced by another, up to [`MAX_SUBSETS`].
-    pub fn rebuild(&self, want: Option<&str>) -> Result<Rebuilt, DirError> {
+    /// Rebuild into `out` the one file the directory holds enough pieces of (or the one whose
+    /// SHA-256 starts with `want`, hex). Only valid pieces take part; a subset whose result
+    /// fails the SHA-256 (or a piece changed since the scan) is replaced by another, up to
+    /// [`MAX_SUBSETS`]. The result is written beside `out` under a hidden name and takes
+    /// `out`'s name only once it is checked.
+    pub fn rebuild(&self, want: Option<&str>, out: &Path) -> Result<Rebuilt, DirError> {
         if self.pieces.is_empty() {
             return Err(DirError::NoPieces(self.dir.clone()));
         }
         let mut files: Vec<FileGroup> = Vec::new();
         for f in &self.pieces {
-            let h = &f.piece.header;
+            let h = &f.header;
             let at = match files
                 .iter()
                 .position(|g| g.sha == h.file_sha256 && g.len == h.file_len)
@@ -287,23 +333,43 @@ impl Scan {
                 continue;
             }
             let mut result = None;
+            let mut io_error = None;
+            let partial = Partial::beside(out);
             each_subset(&candidates, m, &mut |subset| {
                 tried += 1;
-                let pieces: Vec<&Piece> = subset.iter().map(|f| &f.piece).collect();
-                match reconstruct(&pieces) {
-                    Ok(data) => {
-                        result = Some((data, subset.iter().map(|f| f.path.clone()).collect()));
+                let pieces: Vec<PieceFile> = subset
+                    .iter()
+                    .map(|f| PieceFile {
+                        path: f.path.clone(),
+                        header: f.header.clone(),
+                        body_at: f.body_at,
+                    })
+                    .collect();
+                let attempt = partial
+                    .create()
+                    .and_then(|file| stream::decode_file(&pieces, (&partial.path, &file)));
+                match attempt {
+                    Ok(len) => {
+                        result = Some((len, subset.iter().map(|f| f.path.clone()).collect()));
                         false
                     }
-                    Err(_) => tried < MAX_SUBSETS,
+                    Err(StreamError::Io { path, err }) => {
+                        io_error = Some(DirError::Io { path, err });
+                        false
+                    }
+                    Err(StreamError::Piece { .. }) => tried < MAX_SUBSETS,
                 }
             });
-            let Some((data, used)) = result else {
+            if let Some(e) = io_error {
+                return Err(e);
+            }
+            let Some((len, used)) = result else {
                 if tried >= MAX_SUBSETS {
                     break;
                 }
                 continue;
             };
+            partial.commit(out)?;
             skipped.extend(copies);
             for &(&(n2, m2, mode2), others) in
                 order.iter().filter(|(k, _)| **k != (n, m as u8, mode))
@@ -321,7 +387,7 @@ impl Scan {
             skipped.sort_by(|a, b| a.path.cmp(&b.path));
             return Ok(Rebuilt {
                 spare: candidates.len() - m,
-                data,
+                len,
                 used,
                 skipped,
                 subsets_tried: tried,
@@ -393,17 +459,18 @@ fn dedup<'a>(found: &[&'a Found]) -> (Vec<&'a Found>, Vec<Skipped>) {
     // The copy under the name disperse gave it is the one kept.
     let canonical = |f: &Found| {
         f.path.file_name().and_then(|n| n.to_str())
-            != Some(format!("piece-{:03}", f.piece.header.index).as_str())
+            != Some(format!("piece-{:03}", f.header.index).as_str())
     };
     let mut found = found.to_vec();
     found.sort_by_key(|f| canonical(f));
     let mut keep: Vec<&Found> = Vec::new();
     let mut copies = Vec::new();
     for f in found {
-        match keep
-            .iter()
-            .find(|k| k.piece.header.index == f.piece.header.index && k.piece.body == f.piece.body)
-        {
+        // The same index and the same body CRC: a copy (two bodies that differ under one
+        // index and one CRC were altered on purpose, and the subsets sort them out).
+        match keep.iter().find(|k| {
+            k.header.index == f.header.index && k.header.body_crc32c == f.header.body_crc32c
+        }) {
             Some(k) => copies.push(Skipped {
                 path: f.path.clone(),
                 why: format!("a copy of {}", k.path.display()),
@@ -411,7 +478,7 @@ fn dedup<'a>(found: &[&'a Found]) -> (Vec<&'a Found>, Vec<Skipped>) {
             None => keep.push(f),
         }
     }
-    keep.sort_by_key(|f| f.piece.header.index);
+    keep.sort_by_key(|f| f.header.index);
     (keep, copies)
 }
 
@@ -432,8 +499,8 @@ fn each_subset<'a>(cands: &[&'a Found], m: usize, visit: &mut dyn FnMut(&[&'a Fo
             if cands.len() - i < m - chosen.len() {
                 break;
             }
-            let index = cands[i].piece.header.index;
-            if chosen.iter().any(|c| c.piece.header.index == index) {
+            let index = cands[i].header.index;
+            if chosen.iter().any(|c| c.header.index == index) {
                 continue;
             }
             chosen.push(cands[i]);
@@ -448,40 +515,145 @@ fn each_subset<'a>(cands: &[&'a Found], m: usize, visit: &mut dyn FnMut(&[&'a Fo
     go(cands, m, 0, &mut Vec::with_capacity(m), visit);
 }
 
-/// Write `pieces` into `dir` as `piece-000`, `piece-001`, …. A directory that already holds
-/// pieces (files named `piece-*` or starting with the piece magic) is refused unless
-/// `replace`, and then those are removed once every new piece is written. New pieces are
-/// written under hidden names and renamed at the end, so a failed write leaves the directory
-/// as it was.
-pub fn write_pieces(dir: &Path, pieces: &[Piece], replace: bool) -> Result<Vec<PathBuf>, DirError> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let old = existing_pieces(dir)?;
-    if !old.is_empty() && !replace {
-        return Err(DirError::HoldsPieces {
-            dir: dir.to_path_buf(),
-            paths: old,
-        });
-    }
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        let name = format!("piece-{:03}", p.header.index);
-        let tmp = dir.join(format!(".{name}.partial"));
-        if let Err(e) = std::fs::write(&tmp, p.to_bytes()) {
-            let _ = std::fs::remove_file(&tmp);
-            for (t, _) in &staged {
-                let _ = std::fs::remove_file(t);
-            }
-            return Err(DirError::Io { path: tmp, err: e });
+/// New pieces being written into a directory: under hidden names until [`Staging::commit`]
+/// renames them (and removes the pieces they replace), removed if dropped before.
+pub struct Staging {
+    dir: PathBuf,
+    old: Vec<PathBuf>,
+    staged: Vec<(PathBuf, PathBuf)>,
+    committed: bool,
+}
+
+impl Staging {
+    /// Stage pieces in `dir` (created if missing). A directory that already holds pieces
+    /// (files named `piece-*` or starting with the piece magic) is refused unless `replace`,
+    /// and then those go at the commit.
+    pub fn new(dir: &Path, replace: bool) -> Result<Self, DirError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let old = existing_pieces(dir)?;
+        if !old.is_empty() && !replace {
+            return Err(DirError::HoldsPieces {
+                dir: dir.to_path_buf(),
+                paths: old,
+            });
         }
-        staged.push((tmp, dir.join(name)));
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            old,
+            staged: Vec::new(),
+            committed: false,
+        })
     }
-    for path in &old {
-        std::fs::remove_file(path).map_err(io(path))?;
+
+    /// A new, empty file for piece `index` (to be `piece-NNN`), open for writing.
+    pub fn create(&mut self, index: u8) -> Result<(PathBuf, File), DirError> {
+        let name = format!("piece-{index:03}");
+        let tmp = self.dir.join(format!(".{name}.partial"));
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
+        self.staged.push((tmp.clone(), self.dir.join(name)));
+        Ok((tmp, f))
     }
-    for (tmp, path) in &staged {
-        std::fs::rename(tmp, path).map_err(io(path))?;
+
+    /// Remove the pieces replaced and give the new ones their names; their paths.
+    pub fn commit(mut self) -> Result<Vec<PathBuf>, DirError> {
+        for path in &self.old {
+            std::fs::remove_file(path).map_err(io(path))?;
+        }
+        for (tmp, path) in &self.staged {
+            std::fs::rename(tmp, path).map_err(io(path))?;
+        }
+        self.committed = true;
+        Ok(self.staged.iter().map(|(_, p)| p.clone()).collect())
     }
-    Ok(staged.into_iter().map(|(_, p)| p).collect())
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            for (tmp, _) in &self.staged {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+    }
+}
+
+/// Write `pieces` into `dir` as `piece-000`, `piece-001`, … ([`Staging`]: a failed write
+/// leaves the directory as it was).
+pub fn write_pieces(dir: &Path, pieces: &[Piece], replace: bool) -> Result<Vec<PathBuf>, DirError> {
+    let mut staging = Staging::new(dir, replace)?;
+    for p in pieces {
+        let (tmp, f) = staging.create(p.header.index)?;
+        f.write_all_at(&p.to_bytes(), 0).map_err(io(&tmp))?;
+    }
+    staging.commit()
+}
+
+/// Disperse the file at `input` with `d` into `dir` as `piece-000`, … in bounded memory
+/// ([`stream::disperse_file`]), staged as [`write_pieces`] does.
+pub fn disperse_into(
+    d: &Dispersal,
+    input: &Path,
+    dir: &Path,
+    replace: bool,
+) -> Result<(stream::Dispersed, Vec<PathBuf>), DirError> {
+    let mut staging = Staging::new(dir, replace)?;
+    let files = (0..d.n())
+        .map(|i| staging.create(i as u8))
+        .collect::<Result<Vec<_>, _>>()?;
+    let done = stream::disperse_file(d, input, &files).map_err(|e| match e {
+        StreamError::Io { path, err } => DirError::Io { path, err },
+        StreamError::Piece { path, err } => DirError::Io {
+            path,
+            err: std::io::Error::other(err.to_string()),
+        },
+    })?;
+    drop(files);
+    Ok((done, staging.commit()?))
+}
+
+/// A rebuilt file's hidden name beside where it goes, removed unless it is committed.
+struct Partial {
+    path: PathBuf,
+}
+
+impl Partial {
+    fn beside(out: &Path) -> Self {
+        let name = out
+            .file_name()
+            .map_or("rebuilt".into(), |n| n.to_string_lossy().into_owned());
+        let path = out.with_file_name(format!(".{name}.partial"));
+        Self { path }
+    }
+
+    /// A new, empty file for an attempt.
+    fn create(&self) -> Result<File, StreamError> {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&self.path)
+            .map_err(|err| StreamError::Io {
+                path: self.path.clone(),
+                err,
+            })
+    }
+
+    fn commit(self, out: &Path) -> Result<(), DirError> {
+        std::fs::rename(&self.path, out).map_err(io(out))
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Regular files of `dir` named `piece-*` or starting with the piece magic.
@@ -519,7 +691,8 @@ mod tests {
             .iter()
             .map(|&(name, i)| Found {
                 path: PathBuf::from(name),
-                piece: pieces[i].clone(),
+                header: pieces[i].header.clone(),
+                body_at: BODY_AT as u64,
             })
             .collect()
     }
@@ -535,25 +708,26 @@ mod tests {
         let refs: Vec<&Found> = all.iter().collect();
         let mut seen = Vec::new();
         each_subset(&refs, 3, &mut |s| {
-            seen.push(s.iter().map(|f| f.piece.header.index).collect::<Vec<_>>());
+            seen.push(s.iter().map(|f| f.header.index).collect::<Vec<_>>());
             true
         });
         assert_eq!(seen.len(), 10);
         assert_eq!(seen[0], [0, 1, 2]);
-        let mut other = pieces[1].clone();
-        other.body[0] ^= 1;
+        let mut other = pieces[1].header.clone();
+        other.body_crc32c ^= 1;
         let mut twice = all.clone();
         twice.insert(
             2,
             Found {
                 path: "b2".into(),
-                piece: other,
+                header: other,
+                body_at: BODY_AT as u64,
             },
         );
         let refs: Vec<&Found> = twice.iter().collect();
         let mut n = 0;
         each_subset(&refs, 3, &mut |s| {
-            let mut ix: Vec<u8> = s.iter().map(|f| f.piece.header.index).collect();
+            let mut ix: Vec<u8> = s.iter().map(|f| f.header.index).collect();
             ix.dedup();
             assert_eq!(ix.len(), 3);
             n += 1;

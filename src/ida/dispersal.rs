@@ -199,6 +199,15 @@ impl Dispersal {
         pieces
     }
 
+    /// The chunks a rebuild from the pieces `indices` computes (what [`Self::decode_rows`]
+    /// fills, in order): every chunk in Rabin mode, the data chunks whose pieces are not among
+    /// `indices` in systematic mode (the others are those pieces' bodies).
+    pub fn rebuilt_chunks(&self, indices: &[u8]) -> Vec<usize> {
+        (0..self.m)
+            .filter(|&j| self.mode == Mode::Rabin || !indices.contains(&(j as u8)))
+            .collect()
+    }
+
     /// The plan for rebuilding from the pieces `indices` (sorted, distinct, `m` of them).
     fn plan(&self, indices: &[u8]) -> Result<Arc<DecodePlan>, IdaError> {
         let mut cache = self.plans.lock().unwrap_or_else(|e| e.into_inner());
@@ -208,9 +217,7 @@ impl Dispersal {
         let rows: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
         let inverse = self.matrix.select_rows(&rows).invert()?;
         // Systematic data pieces that survive are copied, not computed.
-        let missing: Vec<usize> = (0..self.m)
-            .filter(|&j| self.mode == Mode::Rabin || !indices.contains(&(j as u8)))
-            .collect();
+        let missing = self.rebuilt_chunks(indices);
         let coefs: Vec<u8> = missing
             .iter()
             .flat_map(|&j| inverse.row(j).to_vec())

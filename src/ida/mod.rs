@@ -10,6 +10,7 @@ pub mod isal;
 pub mod kernel;
 pub mod matrix;
 pub mod piece;
+pub mod stream;
 
 pub use dispersal::{Dispersal, Mode};
 pub use kernel::Kernel;

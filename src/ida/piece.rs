@@ -112,16 +112,21 @@ fn mode_byte(mode: Mode) -> u8 {
     }
 }
 
-impl Piece {
-    /// Serialize to the file format.
-    pub fn to_bytes(&self) -> Vec<u8> {
+/// Where the body starts in a piece of the only header length there is: 16 + 64 bytes, already
+/// a multiple of 16. The bytes a reader needs to check a header ([`read_header`]).
+pub const BODY_AT: usize = (PRELUDE + HEADER_LEN).div_ceil(16) * 16;
+
+impl PieceHeader {
+    /// Everything a piece file holds before its body: magic, header length and CRC, the
+    /// archived header, padding ([`BODY_AT`] bytes).
+    pub fn prelude(&self) -> Vec<u8> {
         // Serializing a struct of plain integers cannot fail.
-        let header = rkyv::to_bytes::<BoxedError>(&self.header).unwrap_or_default();
+        let header = rkyv::to_bytes::<BoxedError>(self).unwrap_or_default();
         let body_at = (PRELUDE + header.len()).div_ceil(16) * 16;
-        let mut out = Vec::with_capacity(body_at + self.body.len());
+        let mut out = Vec::with_capacity(body_at);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        let header_crc = if self.header.version == VERSION_1 {
+        let header_crc = if self.version == VERSION_1 {
             0
         } else {
             crc32c::crc32c(&header)
@@ -129,66 +134,22 @@ impl Piece {
         out.extend_from_slice(&header_crc.to_le_bytes());
         out.extend_from_slice(&header);
         out.resize(body_at, 0);
+        out
+    }
+}
+
+impl Piece {
+    /// Serialize to the file format.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.header.prelude();
         out.extend_from_slice(&self.body);
         out
     }
 
-    /// Parse and check a piece: magic, header length and CRC, header (validated by rkyv
-    /// before use), version, fields, body length and CRC. Every failure is an error naming
-    /// what is wrong.
+    /// Parse and check a piece: the header as [`read_header`] does, then the body's length
+    /// and CRC. Every failure is an error naming what is wrong.
     pub fn from_bytes(bytes: &[u8]) -> Result<Piece, IdaError> {
-        if bytes.len() < PRELUDE || &bytes[..8] != MAGIC {
-            return Err(IdaError::BadMagic);
-        }
-        let word = |at: usize| {
-            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-        };
-        let hlen = word(8) as usize;
-        let body_at = (PRELUDE + hlen).div_ceil(16) * 16;
-        if hlen != HEADER_LEN {
-            return Err(IdaError::BadHeader(format!(
-                "header length {hlen}, not {HEADER_LEN}"
-            )));
-        }
-        if bytes.len() < body_at {
-            return Err(IdaError::BadHeader(
-                "the file ends inside the header".into(),
-            ));
-        }
-        let raw = &bytes[PRELUDE..PRELUDE + hlen];
-        let stored_crc = word(12);
-        let crc_ok = stored_crc == crc32c::crc32c(raw);
-        if !crc_ok && stored_crc != 0 {
-            return Err(IdaError::BadHeader("header CRC-32C mismatch".into()));
-        }
-        // rkyv reads in place from an aligned buffer; the header is small, so copy it.
-        let mut aligned = AlignedVec::<16>::with_capacity(hlen);
-        aligned.extend_from_slice(raw);
-        let archived = rkyv::access::<ArchivedPieceHeader, BoxedError>(&aligned)
-            .map_err(|e| IdaError::BadHeader(e.to_string()))?;
-        let header: PieceHeader = rkyv::deserialize::<PieceHeader, BoxedError>(archived)
-            .map_err(|e| IdaError::BadHeader(e.to_string()))?;
-        match header.version {
-            VERSION if crc_ok => {}
-            // Zero where the CRC goes: only a version-1 piece has no header CRC.
-            VERSION => return Err(IdaError::BadHeader("header CRC-32C mismatch".into())),
-            VERSION_1 if stored_crc == 0 => {}
-            VERSION_1 => return Err(IdaError::BadHeader("version 1 has no header CRC".into())),
-            other => return Err(IdaError::BadVersion(other)),
-        }
-        header.mode()?;
-        let (n, m) = (header.n as usize, header.m as usize);
-        if !(1 <= m && m <= n) || header.index as usize >= n {
-            return Err(IdaError::BadHeader(format!(
-                "n = {n}, m = {m}, index = {}",
-                header.index
-            )));
-        }
-        if header.piece_len != header.file_len.div_ceil(m as u64) {
-            return Err(IdaError::BadHeader(
-                "piece length does not match file length and m".into(),
-            ));
-        }
+        let (header, body_at) = read_header(bytes)?;
         let body = &bytes[body_at..];
         if body.len() as u64 != header.piece_len {
             return Err(IdaError::Truncated {
@@ -207,6 +168,64 @@ impl Piece {
     }
 }
 
+/// Parse and check a piece's header from the first bytes of its file (at least [`BODY_AT`]
+/// of them): magic, header length and CRC, the header (validated by rkyv before use),
+/// version, fields. Its header and where its body starts; the body is not looked at.
+pub fn read_header(bytes: &[u8]) -> Result<(PieceHeader, usize), IdaError> {
+    if bytes.len() < PRELUDE || &bytes[..8] != MAGIC {
+        return Err(IdaError::BadMagic);
+    }
+    let word =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let hlen = word(8) as usize;
+    let body_at = (PRELUDE + hlen).div_ceil(16) * 16;
+    if hlen != HEADER_LEN {
+        return Err(IdaError::BadHeader(format!(
+            "header length {hlen}, not {HEADER_LEN}"
+        )));
+    }
+    if bytes.len() < body_at {
+        return Err(IdaError::BadHeader(
+            "the file ends inside the header".into(),
+        ));
+    }
+    let raw = &bytes[PRELUDE..PRELUDE + hlen];
+    let stored_crc = word(12);
+    let crc_ok = stored_crc == crc32c::crc32c(raw);
+    if !crc_ok && stored_crc != 0 {
+        return Err(IdaError::BadHeader("header CRC-32C mismatch".into()));
+    }
+    // rkyv reads in place from an aligned buffer; the header is small, so copy it.
+    let mut aligned = AlignedVec::<16>::with_capacity(hlen);
+    aligned.extend_from_slice(raw);
+    let archived = rkyv::access::<ArchivedPieceHeader, BoxedError>(&aligned)
+        .map_err(|e| IdaError::BadHeader(e.to_string()))?;
+    let header: PieceHeader = rkyv::deserialize::<PieceHeader, BoxedError>(archived)
+        .map_err(|e| IdaError::BadHeader(e.to_string()))?;
+    match header.version {
+        VERSION if crc_ok => {}
+        // Zero where the CRC goes: only a version-1 piece has no header CRC.
+        VERSION => return Err(IdaError::BadHeader("header CRC-32C mismatch".into())),
+        VERSION_1 if stored_crc == 0 => {}
+        VERSION_1 => return Err(IdaError::BadHeader("version 1 has no header CRC".into())),
+        other => return Err(IdaError::BadVersion(other)),
+    }
+    header.mode()?;
+    let (n, m) = (header.n as usize, header.m as usize);
+    if !(1 <= m && m <= n) || header.index as usize >= n {
+        return Err(IdaError::BadHeader(format!(
+            "n = {n}, m = {m}, index = {}",
+            header.index
+        )));
+    }
+    if header.piece_len != header.file_len.div_ceil(m as u64) {
+        return Err(IdaError::BadHeader(
+            "piece length does not match file length and m".into(),
+        ));
+    }
+    Ok((header, body_at))
+}
+
 impl Dispersal {
     /// Disperse `data` into `n` self-describing pieces.
     pub fn disperse(&self, data: &[u8]) -> Vec<Piece> {
@@ -215,20 +234,26 @@ impl Dispersal {
             .into_iter()
             .enumerate()
             .map(|(i, body)| Piece {
-                header: PieceHeader {
-                    file_len: data.len() as u64,
-                    piece_len: body.len() as u64,
-                    file_sha256: sha,
-                    body_crc32c: crc32c::crc32c(&body),
-                    version: VERSION,
-                    mode: mode_byte(self.mode()),
-                    n: self.n() as u8,
-                    m: self.m() as u8,
-                    index: i as u8,
-                },
+                header: self.header(i as u8, data.len() as u64, sha, crc32c::crc32c(&body)),
                 body,
             })
             .collect()
+    }
+
+    /// The header of piece `index` of a `file_len`-byte file whose SHA-256 is `sha`, its body's
+    /// CRC-32C being `body_crc32c`.
+    pub fn header(&self, index: u8, file_len: u64, sha: [u8; 32], body_crc32c: u32) -> PieceHeader {
+        PieceHeader {
+            file_len,
+            piece_len: file_len.div_ceil(self.m() as u64),
+            file_sha256: sha,
+            body_crc32c,
+            version: VERSION,
+            mode: mode_byte(self.mode()),
+            n: self.n() as u8,
+            m: self.m() as u8,
+            index,
+        }
     }
 }
 
