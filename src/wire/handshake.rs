@@ -33,9 +33,11 @@ use sha2::Sha256;
 use std::io::Read;
 use std::path::Path;
 
-/// Handshake protocol version: 4 since frames are authenticated with AES-GMAC (3 had
-/// HMAC-SHA256 tags; 3 added incarnations, job parameters and frame MACs; 2 padding frames).
-pub const HANDSHAKE_VERSION: u16 = 4;
+/// Handshake protocol version: 5 since a membership join names the highest epoch its asker
+/// has heard of (4 authenticated frames with AES-GMAC; 3 had HMAC-SHA256 tags; 3 added
+/// incarnations, job parameters and frame MACs; 2 padding frames). Processes of different
+/// versions refuse each other at the handshake, before any message is decoded.
+pub const HANDSHAKE_VERSION: u16 = 5;
 
 /// Longest job parameter string a Hello carries (it must fit [`MAX_HANDSHAKE_BODY`]).
 pub const MAX_PARAMS: usize = 512;

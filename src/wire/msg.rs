@@ -210,8 +210,14 @@ mod tests {
                 epoch: 4,
                 root: NodeId(1),
             },
-            MemberMsg::NewNode { id: NodeId(40) },
-            MemberMsg::NodeAlive { id: NodeId(7) },
+            MemberMsg::NewNode {
+                id: NodeId(40),
+                epoch: 9,
+            },
+            MemberMsg::NodeAlive {
+                id: NodeId(7),
+                epoch: 3,
+            },
             MemberMsg::JoinDetAck(Regroup {
                 epoch: 4,
                 dead: vec![],

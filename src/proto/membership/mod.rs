@@ -175,11 +175,16 @@ mod wire_form {
         NewNode {
             /// Its id.
             id: NodeId,
+            /// The highest epoch number the asker has heard of: the epoch that admits it is
+            /// numbered past it (see [`Membership::root_admits`]).
+            epoch: u64,
         },
         /// A recovered process asks to come back with its old id.
         NodeAlive {
             /// Its id.
             id: NodeId,
+            /// The highest epoch number the asker has heard of, as in `NewNode`.
+            epoch: u64,
         },
         /// Root → joiner, once the tree with it is stable: welcome (with the state to adopt).
         JoinDetAck(Regroup),
@@ -443,6 +448,10 @@ struct Joining {
     /// Requests sent, all targets: after [`repair::OWN_VIEW_AFTER`] list lengths of them
     /// without a welcome, the process starts a view of its own.
     asked: u32,
+    /// The highest epoch this process had heard of when it began to ask: every welcome to
+    /// this request is at least as new (see [`Membership::root_admits`]); an older one is a
+    /// welcome to an earlier request, duplicated or delayed, into a view long gone.
+    since: u64,
 }
 
 /// One process's membership state.
@@ -591,6 +600,7 @@ impl Membership {
             via: None,
             tries: 0,
             asked: 0,
+            since: 0,
         });
         m.nb.parent = None;
         m.nb.children.clear();
@@ -681,7 +691,15 @@ impl Membership {
         {
             return false; // from a root this state already replaced
         }
-        (r.epoch, r.root) > (self.state.epoch, self.state.root) || self.dead_in(r, self.state.root)
+        if (r.epoch, r.root) > (self.state.epoch, self.state.root) {
+            return true;
+        }
+        // An older epoch that replaces this process's root (a successor that took over
+        // without hearing of the dead root's last epochs) counts only from the same
+        // incarnation of its root as this state holds: a state its root made before it came
+        // over from another view (a split healing, duplicated or delayed) says this root is
+        // dead because that view never held it.
+        self.dead_in(r, self.state.root) && self.position_in(r, r.root) == self.position(r.root)
     }
 
     /// This process's neighbors in the installed state, computed locally (section 3.4; see
@@ -891,7 +909,21 @@ impl Membership {
 
     /// The root admits `id` (new, or a new incarnation of a dead process) at the end of the
     /// list, or welcomes at once a process already in a stable view.
-    fn root_admits<M: From<MemberMsg>>(&mut self, id: NodeId, out: &mut Outbox<M>) {
+    ///
+    /// The epoch that admits it is numbered past every epoch the asker has heard of (`seen`):
+    /// an asker that comes from another view (a split, see [`repair`]) may still receive that
+    /// view's messages, duplicated or delayed, and an epoch number of the old view above the
+    /// new one's would supersede it and take the asker back to a view its root has left. An
+    /// asker already in the view that has heard of a higher epoch is welcomed by a new epoch
+    /// for the same reason.
+    fn root_admits<M: From<MemberMsg>>(&mut self, id: NodeId, seen: u64, out: &mut Outbox<M>) {
+        self.seen_epoch = self.seen_epoch.max(seen);
+        if self.is_live(id) && seen > self.state.epoch && !self.welcome.contains(&id) {
+            let next = self.next_state();
+            self.welcome.insert(id);
+            self.install(next, MemberMsg::NewNodeJoin, true, out);
+            return;
+        }
         if self.is_live(id) {
             if !self.welcome.contains(&id) {
                 if self.waiting.is_empty() {
@@ -1069,9 +1101,9 @@ impl Membership {
             MemberMsg::FailureDetAck { failed } => {
                 self.unacked.remove(&failed);
             }
-            MemberMsg::NewNode { id } | MemberMsg::NodeAlive { id } => {
+            MemberMsg::NewNode { id, epoch } | MemberMsg::NodeAlive { id, epoch } => {
                 if i_am_root {
-                    self.root_admits(id, out);
+                    self.root_admits(id, epoch, out);
                 } else if self.joining.is_some() {
                 } else if self.nb.root == id {
                     // The root itself restarted without its state (or left its view for a
@@ -1081,14 +1113,15 @@ impl Membership {
                     // gives up and starts a view of its own.
                     self.suspect(id, out);
                     if self.nb.root == self.me && self.joining.is_none() {
-                        self.root_admits(id, out);
+                        self.root_admits(id, epoch, out);
                     }
                 } else {
-                    out.send(self.nb.root, MemberMsg::NewNode { id });
+                    out.send(self.nb.root, MemberMsg::NewNode { id, epoch });
                 }
             }
             MemberMsg::JoinDetAck(r) => {
-                if self.joining.take().is_some() {
+                let current = self.joining.is_some_and(|j| r.epoch >= j.since);
+                if current && self.joining.take().is_some() {
                     out.cancel_timer(JOIN_TIMER);
                     if self.supersedes(&r) {
                         self.seen_epoch = self.seen_epoch.max(r.epoch);
@@ -1162,9 +1195,10 @@ impl Membership {
                 target = Some(id);
             }
         }
+        let (id, epoch) = (self.me, self.seen_epoch.max(self.state.epoch));
         let msg = match j.asking {
-            Asking::Join => MemberMsg::NewNode { id: self.me },
-            Asking::Rejoin => MemberMsg::NodeAlive { id: self.me },
+            Asking::Join => MemberMsg::NewNode { id, epoch },
+            Asking::Rejoin => MemberMsg::NodeAlive { id, epoch },
         };
         let retry = j.retry;
         if let Some(t) = target {

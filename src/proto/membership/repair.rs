@@ -30,8 +30,21 @@
 //!   the winner sends its own state back, so that the sender does the same. The winner's root
 //!   keeps sending, one process per round, until every process of the other view has come
 //!   over;
+//! - a process whose own root is a member of the other view (its root sent that view, or a
+//!   newer state of it holds the root alive) follows its root, whichever root is lower: the
+//!   root left for good, and the view it left would never change again;
+//! - a process told of an older view whose root is a member of its own answers with its own
+//!   state, so that the other view's last members learn where their root went;
 //! - a `RootFailure` about a root that is not this process's own is answered with this
 //!   process's state: the sender holds an older view, and learns the newer one (or the split).
+//!
+//! Epoch numbers of two views say nothing of which is newer, and a process that came over
+//! may still receive its old view's messages, duplicated or delayed. So a request to get in
+//! names the highest epoch its asker has heard of and the epoch that admits it is numbered
+//! past it; a welcome older than that is one to an earlier request and is ignored; and an
+//! older state that counts this process's root dead supersedes only if it comes from the
+//! same incarnation of its own root as this view holds (a successor that took over), not
+//! from one that has since come over.
 //!
 //! - a process that asked to get in [`OWN_VIEW_AFTER`] times around the list and was never
 //!   welcomed starts a view of its own (after a split every process it asks may be asking
@@ -155,18 +168,16 @@ impl Membership {
             }
             return;
         }
-        // From a process this view counts dead (what it says is its view now), or from the
-        // other view's root itself saying this process is not in it.
+        // From this view's root (which holds another view now), from a process this view
+        // counts dead (what it says is its view now), or from the other view's root itself
+        // saying this process is not in it.
         let foreign = r.root != self.state.root
-            && (!self.is_live(from) || (from == r.root && !self.live_in(&r, self.me)));
-        if !foreign {
-            return; // old, or from a root already replaced
-        }
-        if r.root < self.state.root {
-            self.rejoin_through(r.root, out);
-        } else {
-            out.send(from, MemberMsg::FailedNode(self.state.clone()));
-        }
+            && (from == self.state.root
+                || !self.is_live(from)
+                || (from == r.root && !self.live_in(&r, self.me)));
+        if foreign {
+            self.split(from, r, MemberMsg::FailedNode, out);
+        } // else old, or from a root already replaced
     }
 
     /// `from`'s view `r` does not hold this process. A newer state of this process's own
@@ -185,12 +196,40 @@ impl Membership {
         if self.supersedes(&r) {
             let kind = self.down;
             self.install(r, kind, false, out);
-        } else if r.root == self.state.root {
-            // An older state of this view, still on its way.
-        } else if r.root < self.state.root {
+        } else if r.root != self.state.root {
+            self.split(from, r, MemberMsg::Excluded, out);
+        } // else an older state of this view, still on its way
+    }
+
+    /// `from` holds the view `r` of another root than this process's: a split. Which side
+    /// moves:
+    /// - this view's root is a member of `r` now (`r` came from it, or is newer and holds it
+    ///   alive): it left this view, which nothing will ever change again; follow it;
+    /// - `r`'s root is a member of this view and `r` is older: it is the view that root left
+    ///   for this one (every epoch that admits a process is numbered past the ones it had
+    ///   seen); its members learn where their root went (the rule above);
+    /// - otherwise the lower root wins: a member of the other view asks to come in through
+    ///   it; a member of the winner sends its own state back (as `reply`), so that the
+    ///   sender does the same.
+    fn split<M: From<MemberMsg>>(
+        &mut self,
+        from: NodeId,
+        r: Regroup,
+        reply: fn(Regroup) -> MemberMsg,
+        out: &mut Outbox<M>,
+    ) {
+        let root = self.state.root;
+        let root_moved = root != self.me
+            && (from == root || (r.epoch > self.state.epoch && self.live_in(&r, root)));
+        let theirs_left = self.is_live(r.root) && r.epoch < self.state.epoch;
+        if root_moved {
+            self.rejoin_through(r.root, out);
+        } else if theirs_left {
+            out.send(from, MemberMsg::Excluded(self.state.clone()));
+        } else if r.root < root {
             self.rejoin_through(r.root, out);
         } else {
-            out.send(from, MemberMsg::Excluded(self.state.clone()));
+            out.send(from, reply(self.state.clone()));
         }
     }
 
@@ -228,7 +267,7 @@ impl Membership {
     /// Leave this view for the one of `root` (the same view, when it excluded this process):
     /// forget the state, and ask `root` to come back as a recovered process does.
     pub(super) fn rejoin_through<M: From<MemberMsg>>(&mut self, root: NodeId, out: &mut Outbox<M>) {
-        let me = self.me;
+        let (me, since) = (self.me, self.seen_epoch.max(self.state.epoch));
         self.adopt(Regroup {
             epoch: 0,
             dead: Vec::new(),
@@ -253,6 +292,7 @@ impl Membership {
             via: Some(root),
             tries: 0,
             asked: 0,
+            since,
         });
         self.ask(out);
     }
