@@ -29,6 +29,7 @@ fn member_cfg() -> MembershipConfig {
         warm: false,
         batch: Duration::ZERO,
         orphan_hold: Duration::ZERO,
+        collect: false,
         heartbeat: None,
     }
 }

@@ -55,6 +55,28 @@ fn every_failure_kind_ends_in_one_view_on_both_backends() {
     }
 }
 
+/// Twelve processes killed at once, the root collecting the failures found while an epoch is
+/// on its way (ICS'06's rule) rather than restarting it: every survivor ends in one view, in
+/// at most three epochs (the first failures, then what was found meanwhile). A process whose
+/// dead child it waited for once stopped waiting without acknowledging, and the root waited
+/// for ever (it restarts nothing).
+#[test]
+fn collected_failures_end_in_one_view_on_both_backends() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        for mode in [TreeMode::Patch, TreeMode::Rebalance] {
+            let cfg = BenchConfig {
+                collect: true,
+                ..config(64, Fail::Multi(12), mode, backend)
+            };
+            for t in 0..3 {
+                let r = trial(&cfg, t).unwrap_or_else(|e| panic!("{backend} {mode:?}: {e}"));
+                assert!(r.views_agree, "{backend} {mode:?}: {r:?}");
+                assert!((1..=3).contains(&r.epochs), "{backend} {mode:?}: {r:?}");
+            }
+        }
+    }
+}
+
 /// The root and the process next in line killed together (the failover that deadlocked), the
 /// root and all but one (a lone survivor), the root and the next two, named: a live process
 /// takes over every time, and the survivors agree on one view.
@@ -144,6 +166,7 @@ fn member_cfg() -> MembershipConfig {
         warm: false,
         batch: std::time::Duration::ZERO,
         orphan_hold: weft::proto::membership::ORPHAN_HOLD,
+        collect: false,
         heartbeat: None,
     }
 }

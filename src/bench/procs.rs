@@ -87,6 +87,7 @@ pub(crate) fn start(
             .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
             .args(["--batch-us", &cfg.batch.as_micros().to_string()])
             .args(["--orphan-hold-us", &cfg.orphan_hold.as_micros().to_string()])
+            .args(cfg.collect.then_some("--collect"))
             .args(extra)
             .env("WEFT_JOB_KEY", key.to_hex())
             .env_remove("WEFT_BACKEND")

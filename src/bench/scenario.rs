@@ -342,6 +342,7 @@ mod tests {
             probe: None,
             batch: Duration::ZERO,
             orphan_hold: crate::proto::membership::ORPHAN_HOLD,
+            collect: false,
         }
     }
 
@@ -496,6 +497,7 @@ mod tests {
                 probe: None,
                 batch: Duration::from_micros(batch_us),
                 orphan_hold: Duration::from_micros(hold_us),
+                collect: false,
             }).unwrap();
             prop_assert!(r.views_named_once, "{:?} {} ns: {:?}", victims, gap_ns, r);
             prop_assert!(r.views_agree && r.stabilized, "{:?} {} ns: {:?}", victims, gap_ns, r);

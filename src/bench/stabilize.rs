@@ -66,6 +66,9 @@ pub struct BenchConfig {
     /// How long a failed process's children leave the report to its parent
     /// ([`MembershipConfig::orphan_hold`]).
     pub orphan_hold: Duration,
+    /// The root collects failures found during an epoch into the next
+    /// ([`MembershipConfig::collect`]).
+    pub collect: bool,
     /// Time a new process joining instead of a failure (`fail` is then unused).
     pub join: bool,
     /// How in-process nodes are spread over the reactors.
@@ -105,6 +108,7 @@ impl BenchConfig {
             procs: None,
             batch: Duration::ZERO,
             orphan_hold: crate::proto::membership::ORPHAN_HOLD,
+            collect: false,
             join: false,
             placement: Placement::Subtree,
         }
@@ -179,6 +183,7 @@ pub fn member_config(cfg: &BenchConfig) -> MembershipConfig {
         probe: Some((quiet, quiet)),
         warm: true,
         batch: cfg.batch,
+        collect: cfg.collect,
         orphan_hold: cfg.orphan_hold,
         heartbeat: None,
     }

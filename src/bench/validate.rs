@@ -111,6 +111,7 @@ pub fn measure_ocp(n: u32, radix: u32, mode: TreeMode) -> f64 {
         probe: None,
         warm: false,
         batch: std::time::Duration::ZERO,
+        collect: false,
         orphan_hold: crate::proto::membership::ORPHAN_HOLD,
         heartbeat: None,
     };
@@ -175,6 +176,7 @@ pub fn count_messages(cfg: &BenchConfig, repeat: u32) -> Result<f64, String> {
             probe: None,
             batch: Duration::ZERO,
             orphan_hold: cfg.orphan_hold,
+            collect: false,
         })?;
         total += run.msgs;
     }

@@ -61,6 +61,10 @@ pub struct TreeArgs {
     /// many µs, and makes it only if none came (0: at once, as in the paper).
     #[arg(long, default_value_t = ORPHAN_HOLD.as_micros() as u64)]
     pub orphan_hold_us: u64,
+    /// Failures the root learns while an epoch is on its way wait for it and go into the
+    /// next one together (ICS'06's rule), instead of restarting it.
+    #[arg(long)]
+    pub collect: bool,
 }
 
 impl TreeArgs {
@@ -86,6 +90,7 @@ impl TreeArgs {
     pub fn bench(&self, n: u32, fail: Fail, seed: u64, engine: &EngineArgs) -> BenchConfig {
         BenchConfig {
             orphan_hold: self.orphan_hold(),
+            collect: self.collect,
             ..BenchConfig::new(
                 n,
                 self.radix,

@@ -220,6 +220,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         probe: Some((probe, probe)),
         warm: true,
         batch: checks::micros("--batch-us", a.batch_us)?,
+        collect: a.tree.collect,
         orphan_hold: a.tree.orphan_hold(),
         heartbeat: heartbeat(a.heartbeat_us, a.suspect_after)?,
     };

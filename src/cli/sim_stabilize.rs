@@ -109,6 +109,7 @@ pub fn run(a: StabilizeArgs) -> anyhow::Result<()> {
             probe: (!probe.is_zero()).then_some((probe, probe_timeout)),
             batch,
             orphan_hold: a.tree.orphan_hold(),
+            collect: a.tree.collect,
         });
     }
     if !a.json {

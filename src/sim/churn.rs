@@ -60,6 +60,7 @@ pub fn run(cfg: &ChurnConfig) -> ChurnResult {
         probe: Some(probe),
         warm: false,
         batch: std::time::Duration::ZERO,
+        collect: false,
         // On the scale of the probes, so held reports do run out in these schedules.
         orphan_hold: Duration::from_millis(1),
         heartbeat: None,

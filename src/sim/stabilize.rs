@@ -60,6 +60,8 @@ pub struct StabilizeConfig {
     /// How long a failed process's children leave the report to its parent
     /// ([`MembershipConfig::orphan_hold`]).
     pub orphan_hold: Duration,
+    /// The root collects failures found during an epoch ([`MembershipConfig::collect`]).
+    pub collect: bool,
 }
 
 /// The measures of one run (`weft sim stabilize --json`).
@@ -126,6 +128,7 @@ pub fn run(cfg: &StabilizeConfig) -> Result<StabilizeRun, String> {
         // No connections to warm in the simulator.
         warm: false,
         batch: cfg.batch,
+        collect: cfg.collect,
         orphan_hold: cfg.orphan_hold,
         heartbeat: None,
     };
@@ -289,6 +292,7 @@ mod tests {
             probe: None,
             batch: Duration::ZERO,
             orphan_hold: crate::proto::membership::ORPHAN_HOLD,
+            collect: false,
         }
     }
 

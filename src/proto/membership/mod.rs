@@ -370,6 +370,12 @@ pub struct MembershipConfig {
     /// (`ZERO`: at once, one epoch per new report). Several failures at a time then cost one
     /// stabilization wave instead of one each, for this much more latency on a single failure.
     pub batch: Duration,
+    /// Failures the root learns while its epoch is still on its way wait for that epoch to
+    /// stabilize and go into the next one together (ICS'06: every failure found during a
+    /// phase is handled in the next, so `k` failures cost at most `H - 1` further phases),
+    /// instead of restarting the epoch with each (`false`, weft's default: a single failure
+    /// is installed sooner). A new root still starts at once.
+    pub collect: bool,
     /// How long a process whose parent failed leaves the report to that parent's own parent,
     /// which detects the same failure and reports it at once (`ZERO`: report at once, as in
     /// the paper). A failure then costs one report instead of one per child, and the children
@@ -492,6 +498,9 @@ pub struct Membership {
     welcome: BTreeSet<NodeId>,
     /// At the root, while a batching window is open: whether the root changed.
     batching: Option<bool>,
+    /// At the root, with [`MembershipConfig::collect`]: failures wait for the epoch on its
+    /// way to stabilize.
+    collecting: bool,
     /// Outside the view and asking in.
     joining: Option<Joining>,
     /// The driver's clock at the current call (events carry it).
@@ -563,6 +572,7 @@ impl Membership {
             waiting: BTreeSet::new(),
             welcome: BTreeSet::new(),
             batching: None,
+            collecting: false,
             joining: None,
             now: Time::ZERO,
             version: 0,
@@ -807,7 +817,13 @@ impl Membership {
         for &k in &kids {
             out.send(k, kind(self.state.clone()));
         }
-        self.waiting = kids.into_iter().collect();
+        // A child already suspected will not answer, and nothing else would stop the wait
+        // for it (its connection is already gone): its report goes up below, and the next
+        // epoch leaves it out. A root that collects failures waits for this epoch first.
+        self.waiting = kids
+            .into_iter()
+            .filter(|k| !self.suspected.contains_key(k))
+            .collect();
         // Whatever the new epoch still lacks is reported now, held reports included: the
         // root started an epoch without them.
         self.report_pending(out);
@@ -845,6 +861,9 @@ impl Membership {
                     if self.is_live(j) {
                         out.send(j, MemberMsg::JoinDetAck(self.state.clone()));
                     }
+                }
+                if std::mem::take(&mut self.collecting) {
+                    self.start_failure_epoch(false, out);
                 }
             }
             None => {}
@@ -888,6 +907,10 @@ impl Membership {
                 out.set_timer(BATCH_TIMER, self.cfg.batch);
             }
             self.batching = Some(self.batching.unwrap_or(false) || root_changed);
+            return;
+        }
+        if self.cfg.collect && !root_changed && !self.waiting.is_empty() {
+            self.collecting = true; // see `maybe_ack`
             return;
         }
         self.start_failure_epoch(root_changed, out);
@@ -975,12 +998,27 @@ impl Membership {
     /// successor, the only process that can tell that `peer` hangs) or by anyone who lost a
     /// connection to it. A watcher reports at once, as a tree neighbor does.
     fn suspect_as<M: From<MemberMsg>>(&mut self, peer: NodeId, watcher: bool, out: &mut Outbox<M>) {
+        // A child we wait for is gone: stop waiting. The new epoch will come down, unless the
+        // root collects failures: then it waits for this epoch, so the rest of the subtree
+        // acknowledges it without the dead child (after the report below).
+        let was_waiting = self.waiting.remove(&peer);
+        self.suspect_unless_dead(peer, watcher, out);
+        if was_waiting && self.cfg.collect {
+            self.maybe_ack(out);
+        }
+    }
+
+    /// [`Self::suspect_as`] but for the wait: record the suspicion and report it.
+    fn suspect_unless_dead<M: From<MemberMsg>>(
+        &mut self,
+        peer: NodeId,
+        watcher: bool,
+        out: &mut Outbox<M>,
+    ) {
         let Some(pos) = self.position(peer).filter(|p| !self.dead.contains(p)) else {
             return;
         };
         self.outstanding.remove(&peer);
-        // A child we wait for is gone: stop waiting; the new epoch will come down.
-        self.waiting.remove(&peer);
         if self.suspected.get(&peer) == Some(&pos) {
             return; // already handled (a second connection to the same peer, say)
         }
@@ -1452,6 +1490,7 @@ mod tests {
                 probe: None,
                 warm: false,
                 batch: Duration::ZERO,
+                collect: false,
                 orphan_hold: Duration::ZERO,
                 heartbeat: None,
             };
@@ -1489,12 +1528,18 @@ mod tests {
     /// Process `me` of a 21-process radix-4 job (1 has parent 0 and children 5..=8), with
     /// the given orphan hold, started.
     fn member(me: u64, hold: Duration) -> Membership {
+        member_with(me, hold, false)
+    }
+
+    /// [`member`], the root collecting failures found during an epoch or not.
+    fn member_with(me: u64, hold: Duration, collect: bool) -> Membership {
         let cfg = MembershipConfig {
             radix: 4,
             mode: TreeMode::Patch,
             probe: None,
             warm: false,
             batch: Duration::ZERO,
+            collect,
             orphan_hold: hold,
             heartbeat: None,
         };
@@ -1520,6 +1565,60 @@ mod tests {
                 failed: NodeId(failed),
             },
         )
+    }
+
+    /// The epochs the root sends down among `out`'s actions.
+    fn epochs_sent(out: &mut Outbox<MemberMsg>) -> BTreeSet<(u64, Vec<u32>)> {
+        sends(out)
+            .into_iter()
+            .filter_map(|(_, m)| match m {
+                MemberMsg::FailedNode(r) => Some((r.epoch, r.dead)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A second failure reported while the first one's epoch is on its way restarts it at
+    /// once by default; with `collect` it waits for that epoch to stabilize and the next
+    /// epoch holds it (and any other collected meanwhile).
+    #[test]
+    fn failures_found_during_an_epoch_restart_it_or_wait_for_it() {
+        for collect in [false, true] {
+            let mut root = member_with(0, Duration::ZERO, collect);
+            let mut out = Outbox::new();
+            let report = |failed: u64| MemberMsg::NodeFailure {
+                failed: NodeId(failed),
+            };
+            root.on_message(Time::ZERO, NodeId(1), report(6), &mut out);
+            assert_eq!(epochs_sent(&mut out), BTreeSet::from([(1, vec![6])]));
+            root.on_message(Time::ZERO, NodeId(1), report(7), &mut out);
+            root.on_message(Time::ZERO, NodeId(2), report(10), &mut out);
+            let restarted = epochs_sent(&mut out);
+            for child in 1..=3 {
+                let ack = MemberMsg::FailureAck {
+                    epoch: 1,
+                    root: NodeId(0),
+                };
+                root.on_message(Time::ZERO, NodeId(child), ack, &mut out);
+            }
+            assert!(epochs_sent(&mut out).is_empty(), "before the last ack");
+            let ack = MemberMsg::FailureAck {
+                epoch: 1,
+                root: NodeId(0),
+            };
+            root.on_message(Time::ZERO, NodeId(4), ack, &mut out);
+            let after = epochs_sent(&mut out);
+            if collect {
+                assert!(restarted.is_empty(), "{restarted:?}");
+                assert_eq!(after, BTreeSet::from([(2, vec![6, 7, 10])]));
+            } else {
+                assert_eq!(
+                    restarted,
+                    BTreeSet::from([(2, vec![6, 7]), (3, vec![6, 7, 10])])
+                );
+                assert!(after.is_empty(), "epoch 1 was replaced: {after:?}");
+            }
+        }
     }
 
     #[test]

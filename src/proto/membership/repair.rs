@@ -282,6 +282,7 @@ impl Membership {
         self.welcome.clear();
         self.failover = None;
         self.batching = None;
+        self.collecting = false;
         self.holding = false;
         self.nb.parent = None;
         self.nb.children.clear();

@@ -45,6 +45,7 @@ fn config(s: &Schedule) -> MembershipConfig {
         probe: Some(PROBE),
         warm: false,
         batch: Duration::ZERO,
+        collect: s.collect,
         orphan_hold: Duration::from_millis(1),
         heartbeat: None,
     }
@@ -214,6 +215,7 @@ mod tests {
             spare: 2,
             radix: 2,
             rebalance: false,
+            collect: false,
             tree_depth: 0,
             net,
             faults,

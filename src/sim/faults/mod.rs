@@ -139,6 +139,10 @@ pub struct Schedule {
     pub tree_depth: u32,
     /// Rebalance rather than patch the tree (membership).
     pub rebalance: bool,
+    /// The root collects failures found during an epoch into the next rather than restarting
+    /// it (membership, [`crate::proto::membership::MembershipConfig::collect`]).
+    #[serde(default)]
+    pub collect: bool,
     /// The network's fault rates, until the last fault.
     pub net: LinkFaults,
     /// The faults, by time.
@@ -484,6 +488,8 @@ pub fn draw(protocol: FaultProtocol, seed: u64, max_nodes: u32) -> Schedule {
         });
     }
     faults.sort_by_key(Fault::at_us);
+    // Drawn last, so that a seed's other draws are what they were before it existed.
+    let collect = crashes && rng.chance(0.5);
     Schedule {
         protocol,
         seed,
@@ -492,6 +498,7 @@ pub fn draw(protocol: FaultProtocol, seed: u64, max_nodes: u32) -> Schedule {
         radix,
         tree_depth,
         rebalance,
+        collect,
         net,
         faults,
     }
