@@ -941,24 +941,22 @@ impl Membership {
     /// for the same reason.
     fn root_admits<M: From<MemberMsg>>(&mut self, id: NodeId, seen: u64, out: &mut Outbox<M>) {
         self.seen_epoch = self.seen_epoch.max(seen);
-        if self.is_live(id) && seen > self.state.epoch && !self.welcome.contains(&id) {
-            let next = self.next_state();
-            self.welcome.insert(id);
-            self.install(next, MemberMsg::NewNodeJoin, true, out);
-            return;
+        let live = self.is_live(id);
+        if live && self.welcome.contains(&id) {
+            return; // welcomed when the epoch on its way stabilizes
         }
-        if self.is_live(id) {
-            if !self.welcome.contains(&id) {
-                if self.waiting.is_empty() {
-                    out.send(id, MemberMsg::JoinDetAck(self.state.clone()));
-                } else {
-                    self.welcome.insert(id);
-                }
+        if live && seen <= self.state.epoch {
+            if self.waiting.is_empty() {
+                out.send(id, MemberMsg::JoinDetAck(self.state.clone()));
+            } else {
+                self.welcome.insert(id);
             }
             return;
         }
         let mut next = self.next_state();
-        next.appended.push(id);
+        if !live {
+            next.appended.push(id);
+        }
         self.welcome.insert(id);
         self.install(next, MemberMsg::NewNodeJoin, true, out);
     }
@@ -1002,14 +1000,14 @@ impl Membership {
         // root collects failures: then it waits for this epoch, so the rest of the subtree
         // acknowledges it without the dead child (after the report below).
         let was_waiting = self.waiting.remove(&peer);
-        self.suspect_unless_dead(peer, watcher, out);
+        self.note_suspect(peer, watcher, out);
         if was_waiting && self.cfg.collect {
             self.maybe_ack(out);
         }
     }
 
     /// [`Self::suspect_as`] but for the wait: record the suspicion and report it.
-    fn suspect_unless_dead<M: From<MemberMsg>>(
+    fn note_suspect<M: From<MemberMsg>>(
         &mut self,
         peer: NodeId,
         watcher: bool,
@@ -1594,18 +1592,14 @@ mod tests {
             root.on_message(Time::ZERO, NodeId(1), report(7), &mut out);
             root.on_message(Time::ZERO, NodeId(2), report(10), &mut out);
             let restarted = epochs_sent(&mut out);
-            for child in 1..=3 {
-                let ack = MemberMsg::FailureAck {
-                    epoch: 1,
-                    root: NodeId(0),
-                };
-                root.on_message(Time::ZERO, NodeId(child), ack, &mut out);
-            }
-            assert!(epochs_sent(&mut out).is_empty(), "before the last ack");
             let ack = MemberMsg::FailureAck {
                 epoch: 1,
                 root: NodeId(0),
             };
+            for child in 1..=3 {
+                root.on_message(Time::ZERO, NodeId(child), ack.clone(), &mut out);
+            }
+            assert!(epochs_sent(&mut out).is_empty(), "before the last ack");
             root.on_message(Time::ZERO, NodeId(4), ack, &mut out);
             let after = epochs_sent(&mut out);
             if collect {

@@ -90,9 +90,9 @@ pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
         // A joiner knows only the initial list (a job's launcher gives it no more): one of
         // those stays alive, or a joiner could find nobody, and no protocol could help it.
         let contacts = alive[..s.nodes as usize].iter().filter(|&&a| a).count();
-        let spares = |node: u32| contacts > 1 || node >= s.nodes;
+        let may_crash = |node: u32| contacts > 1 || node >= s.nodes;
         match f {
-            Fault::Crash { node, .. } if alive[node as usize] && live > 2 && spares(node) => {
+            Fault::Crash { node, .. } if alive[node as usize] && live > 2 && may_crash(node) => {
                 w.kill(node);
                 alive[node as usize] = false;
                 applied.crashes += 1;
@@ -102,7 +102,7 @@ pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
                     continue;
                 };
                 let root = w.nodes()[first as usize].root().0 as u32;
-                if root < total && alive[root as usize] && spares(root) {
+                if root < total && alive[root as usize] && may_crash(root) {
                     w.kill(root);
                     alive[root as usize] = false;
                     applied.crashes += 1;
