@@ -71,6 +71,45 @@ impl Hasher for IdHasher {
 #[rkyv(derive(Debug, PartialEq, Eq))]
 pub struct NodeId(pub u64);
 
+/// An optional process id in 32 bits, for state a simulator holds per process by the
+/// million (Algorithms 1 and 2 keep a dozen ids per process). Processes there are ranks of a
+/// job of fewer than `u32::MAX`; an id that is not (only corrupt state or a hostile peer
+/// names one) does not fit, and [`PackedId::new`] says so.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PackedId(u32);
+
+impl PackedId {
+    /// No process (`⊥`).
+    pub const NONE: PackedId = PackedId(u32::MAX);
+
+    /// `id` packed, or `None` when it is not a rank below `u32::MAX`.
+    pub fn new(id: NodeId) -> Option<PackedId> {
+        u32::try_from(id.0)
+            .ok()
+            .filter(|&v| v != u32::MAX)
+            .map(PackedId)
+    }
+
+    /// `id` packed, `NONE` for `None` or an id that does not fit.
+    pub fn pack(id: Option<NodeId>) -> PackedId {
+        id.and_then(PackedId::new).unwrap_or(PackedId::NONE)
+    }
+
+    /// The id, `None` for [`PackedId::NONE`].
+    pub fn get(self) -> Option<NodeId> {
+        (self != PackedId::NONE).then_some(NodeId(self.0 as u64))
+    }
+}
+
+impl fmt::Debug for PackedId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.get() {
+            Some(id) => write!(f, "{id:?}"),
+            None => f.write_str("⊥"),
+        }
+    }
+}
+
 /// A position in an ordered view: ring position, radix-tree position, POID.
 #[derive(
     Clone,

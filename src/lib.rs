@@ -74,4 +74,4 @@ pub mod topology;
 pub mod transport;
 pub mod wire;
 
-pub use id::{ArchivedNodeId, ArchivedRank, NodeId, Rank};
+pub use id::{ArchivedNodeId, ArchivedRank, NodeId, PackedId, Rank};

@@ -56,6 +56,10 @@ pub struct BmgArgs {
     /// Give up after this many rounds.
     #[arg(long, default_value_t = 1_000_000)]
     max_rounds: u64,
+    /// Threads a synchronous phase is split across (default: every core from 2^15 processes
+    /// on); the result is the same for every count.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Refuse launch trees larger than this (default: what this machine's available memory
     /// holds, counting 3 KB per process).
     #[arg(long)]
@@ -80,10 +84,11 @@ pub struct BmgArgs {
     json: bool,
 }
 
-/// Bytes of memory to count per simulated process: a binary tree of depth 18 (524 287
-/// processes) peaks at 1.05 KB each (maximum resident set, synchronous; 1.14 KB asynchronous),
-/// and the vectors that grow by doubling can take twice that at their next growth.
-const BYTES_PER_PROCESS: u64 = 3072;
+/// Bytes of memory to count per simulated process. Peaks measured 2026-11-27 (maximum
+/// resident set): binary depth 18 (524 287 processes) 520 B synchronous, 640 B from an
+/// arbitrary start, 690 B asynchronous; binomial 2^24 570 B synchronous (9.5 GB). A third
+/// more than the largest leaves room for a list's growth.
+const BYTES_PER_PROCESS: u64 = 1024;
 
 /// The largest tree this machine's available memory holds (`MemAvailable`), or 2^24 where
 /// the kernel does not say.
@@ -136,6 +141,7 @@ impl BmgArgs {
             max_rounds: self.max_rounds,
             max_nodes: self.max_nodes.unwrap_or_else(memory_max_nodes),
             silence_rounds: self.silence_rounds,
+            threads: self.threads.unwrap_or(0),
             ..BmgSimConfig::default()
         })
     }
@@ -240,6 +246,9 @@ pub fn run(args: BmgArgs) -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or_else(SimRng::fresh_seed);
     // Checked before any run: the settings, and the outputs' paths.
     args.config(seed)?;
+    if let Some(t) = args.threads {
+        checks::within("--threads", t, 1..=256)?;
+    }
     for (flag, path) in [("--csv", &args.csv), ("--plot", &args.plot)] {
         if let Some(p) = path {
             checks::writable(flag, p)?;

@@ -32,7 +32,7 @@
 use super::spontaneous::{Rules, SpontaneousConfig, Standalone};
 use super::{Outbox, TimerId};
 use crate::topology;
-use crate::NodeId;
+use crate::{NodeId, PackedId};
 
 pub use self::wire_form::BmgMsg;
 
@@ -63,22 +63,29 @@ mod wire_form {
     }
 }
 
-/// Marks an unset finger. The id `u64::MAX` is reserved: a message naming it names nobody.
-const UNSET: u64 = u64::MAX;
+/// Marks an unset finger. Fingers are ranks of a job of fewer than `u32::MAX` processes,
+/// stored in 32 bits; an id at or above `UNSET` names nobody, and a message naming one leaves
+/// its finger unset.
+const UNSET: u32 = u32::MAX;
 
 /// The BMG rules of one process.
 #[derive(Clone, Debug)]
 pub struct Bmg {
     id: NodeId,
     levels: u8,
-    succ: Option<NodeId>,
-    pred: Option<NodeId>,
-    /// `CW` then `CCW` in one allocation (one cache miss per message, not two), `UNSET` for
-    /// `⊥`: half the memory of `Option<NodeId>`, which matters at a million processes.
-    fingers: Box<[u64]>,
-    heard_up: u64,
-    heard_dn: u64,
-    fired_with: Option<(NodeId, NodeId)>,
+    /// The inputs, in 32 bits as the fingers are.
+    succ: PackedId,
+    pred: PackedId,
+    /// `CW` then `CCW` in one allocation (one cache miss per message, not two), 32-bit ranks
+    /// with `UNSET` for `⊥`: a quarter of the memory of `Option<NodeId>`, which is most of a
+    /// process's state at 2^24 processes.
+    fingers: Box<[u32]>,
+    /// Levels whose `Up` (`Dn`) was heard since the level's introductions were last sent
+    /// (`levels` is at most 32).
+    heard_up: u32,
+    heard_dn: u32,
+    /// The inputs rule 1 last fired with (`NONE` twice: never).
+    fired_with: (PackedId, PackedId),
     version: u64,
 }
 
@@ -89,12 +96,12 @@ impl Bmg {
         Self {
             id,
             levels: levels as u8,
-            succ: None,
-            pred: None,
+            succ: PackedId::NONE,
+            pred: PackedId::NONE,
             fingers: vec![UNSET; 2 * levels].into_boxed_slice(),
             heard_up: 0,
             heard_dn: 0,
-            fired_with: None,
+            fired_with: (PackedId::NONE, PackedId::NONE),
             version: 0,
         }
     }
@@ -119,8 +126,17 @@ impl Bmg {
         Self::get(self.fingers[self.levels as usize + k])
     }
 
-    fn get(raw: u64) -> Option<NodeId> {
-        (raw != UNSET).then_some(NodeId(raw))
+    fn get(raw: u32) -> Option<NodeId> {
+        (raw != UNSET).then_some(NodeId(raw as u64))
+    }
+
+    fn raw(v: Option<NodeId>) -> u32 {
+        v.and_then(|v| u32::try_from(v.0).ok()).unwrap_or(UNSET)
+    }
+
+    /// Start loading the finger table into cache (see [`super::Protocol::prefetch`]).
+    pub fn prefetch(&self) {
+        super::prefetch_bytes(self.fingers.as_ptr(), std::mem::size_of_val(&*self.fingers));
     }
 
     /// Counter bumped whenever a finger changes value.
@@ -131,7 +147,7 @@ impl Bmg {
     /// Overwrite the finger tables: an arbitrary initial configuration.
     pub fn corrupt(&mut self, mut value: impl FnMut() -> Option<NodeId>) {
         for f in self.fingers.iter_mut() {
-            *f = value().map_or(UNSET, |v| v.0);
+            *f = Self::raw(value());
         }
         self.heard_up = 0;
         self.heard_dn = 0;
@@ -140,6 +156,7 @@ impl Bmg {
     /// Feed the ring's outputs (the algorithm's inputs). Returns whether they changed, in which
     /// case rule 1 must fire again.
     pub fn set_ring(&mut self, succ: Option<NodeId>, pred: Option<NodeId>) -> bool {
+        let (succ, pred) = (PackedId::pack(succ), PackedId::pack(pred));
         let changed = (self.succ, self.pred) != (succ, pred);
         self.succ = succ;
         self.pred = pred;
@@ -151,9 +168,11 @@ impl Bmg {
         if self.levels == 0 {
             return true;
         }
-        match (self.succ, self.pred) {
+        match (self.succ.get(), self.pred.get()) {
             (Some(s), Some(p)) => {
-                self.fired_with == Some((s, p)) && self.cw(0) == Some(s) && self.ccw(0) == Some(p)
+                self.fired_with == (self.succ, self.pred)
+                    && self.cw(0) == Some(s)
+                    && self.ccw(0) == Some(p)
             }
             _ => false,
         }
@@ -166,18 +185,19 @@ impl Bmg {
         } else {
             self.levels as usize + k
         };
-        if self.fingers[at] != v.0 {
-            self.fingers[at] = v.0;
+        let v = Self::raw(Some(v));
+        if self.fingers[at] != v {
+            self.fingers[at] = v;
             self.version += 1;
         }
     }
 
     /// Rule 1.
     pub fn fire<M: From<BmgMsg>>(&mut self, out: &mut Outbox<M>) {
-        let (Some(succ), Some(pred)) = (self.succ, self.pred) else {
+        let (Some(succ), Some(pred)) = (self.succ.get(), self.pred.get()) else {
             return;
         };
-        self.fired_with = Some((succ, pred));
+        self.fired_with = (self.succ, self.pred);
         if self.levels == 0 {
             return;
         }
@@ -211,7 +231,7 @@ impl Bmg {
             return;
         }
         let h = hop as usize;
-        let bit = 1u64 << h;
+        let bit = 1u32 << h;
         if up {
             self.set(false, h, ident);
             self.heard_up |= bit;

@@ -138,4 +138,8 @@ impl Protocol for Overlay {
     fn state_version(&self) -> u64 {
         self.ring.version().wrapping_add(self.bmg.version())
     }
+
+    fn prefetch(&self) {
+        self.bmg.prefetch();
+    }
 }

@@ -33,22 +33,37 @@ impl Default for SpontaneousConfig {
     }
 }
 
-/// The state of one node's spontaneous-rule timer.
+/// The state of one node's spontaneous-rule timer: 24 bytes, the periods kept in nanoseconds
+/// (every process of a simulated million holds one).
 #[derive(Clone, Debug)]
 pub struct Spontaneous {
     timer: TimerId,
-    cfg: SpontaneousConfig,
     quiet: bool,
+    period_ns: u64,
+    /// `NO_REFRESH` for none.
+    refresh_ns: u64,
 }
+
+const NO_REFRESH: u64 = u64::MAX;
 
 impl Spontaneous {
     /// A timer named `timer`, not yet armed.
     pub fn new(timer: TimerId, cfg: SpontaneousConfig) -> Self {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(NO_REFRESH - 1);
         Self {
             timer,
-            cfg,
             quiet: false,
+            period_ns: ns(cfg.period),
+            refresh_ns: cfg.refresh.map_or(NO_REFRESH, ns),
         }
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_nanos(self.period_ns)
+    }
+
+    fn refresh(&self) -> Option<Duration> {
+        (self.refresh_ns != NO_REFRESH).then(|| Duration::from_nanos(self.refresh_ns))
     }
 
     /// The timer this discipline arms.
@@ -70,7 +85,7 @@ impl Spontaneous {
     pub fn start<M>(&mut self, out: &mut Outbox<M>) {
         if !self.quiet {
             out.set_timer(self.timer, Duration::ZERO);
-        } else if let Some(r) = self.cfg.refresh {
+        } else if let Some(r) = self.refresh() {
             out.set_timer(self.timer, r);
         }
     }
@@ -82,12 +97,12 @@ impl Spontaneous {
                 self.quiet = true;
                 out.report(Event::Quiet);
             }
-            if let Some(r) = self.cfg.refresh {
+            if let Some(r) = self.refresh() {
                 out.set_timer(self.timer, r);
             }
         } else {
             self.quiet = false;
-            out.set_timer(self.timer, self.cfg.period);
+            out.set_timer(self.timer, self.period());
         }
     }
 
@@ -96,7 +111,7 @@ impl Spontaneous {
         if self.quiet {
             self.quiet = false;
             out.report(Event::Woke);
-            out.set_timer(self.timer, self.cfg.period);
+            out.set_timer(self.timer, self.period());
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::topology::bmg as formula;
 use crate::{NodeId, Rank};
 use serde::Serialize;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// The initial configuration.
@@ -140,6 +141,9 @@ pub struct BmgSimConfig {
     /// After convergence, run this many more rounds and count state changes (a silent
     /// algorithm makes none).
     pub silence_rounds: u64,
+    /// Threads a synchronous phase is split across (0: every core from 2^15 processes on).
+    /// The outcome is the same for every count.
+    pub threads: usize,
 }
 
 impl Default for BmgSimConfig {
@@ -158,6 +162,7 @@ impl Default for BmgSimConfig {
             garbage_per_node: 2,
             max_nodes: 1 << 24,
             silence_rounds: 0,
+            threads: 0,
         }
     }
 }
@@ -212,16 +217,30 @@ pub struct BmgRun {
 struct Oracle {
     order: Vec<u32>,
     pos: Vec<u32>,
+    /// Each process's successor and predecessor on the ring, by process: read where the
+    /// process's own state is, not at a random place in `order` (the ring is judged on every
+    /// state change).
+    succ: Vec<u32>,
+    pred: Vec<u32>,
 }
 
 impl Oracle {
     fn new(tree: &Tree) -> Self {
         let order = tree.preorder();
-        let mut pos = vec![0u32; order.len()];
+        let n = order.len();
+        let mut pos = vec![0u32; n];
+        let (mut succ, mut pred) = (vec![0u32; n], vec![0u32; n]);
         for (i, &p) in order.iter().enumerate() {
             pos[p as usize] = i as u32;
+            succ[p as usize] = order[(i + 1) % n];
+            pred[p as usize] = order[(i + n - 1) % n];
         }
-        Self { order, pos }
+        Self {
+            order,
+            pos,
+            succ,
+            pred,
+        }
     }
 
     fn at(&self, r: Rank) -> Option<NodeId> {
@@ -229,10 +248,8 @@ impl Oracle {
     }
 
     fn ring_ok(&self, p: u32, o: &Overlay) -> bool {
-        let n = self.order.len() as u32;
-        let a = self.pos[p as usize];
-        o.ring.succ() == self.at(Rank((a + 1) % n))
-            && o.ring.pred() == self.at(Rank((a + n - 1) % n))
+        let id = |q: u32| Some(NodeId(q as u64));
+        o.ring.succ() == id(self.succ[p as usize]) && o.ring.pred() == id(self.pred[p as usize])
     }
 
     fn bmg_ok(&self, p: u32, o: &Overlay) -> bool {
@@ -296,7 +313,12 @@ pub fn build_world(tree: &Tree, cfg: &BmgSimConfig) -> World<Overlay> {
     };
     let nodes = (0..n).map(|p| overlay_of(tree, p, spont)).collect();
     // Its own stream: the tree and the corruption of a seed stay the same under every policy.
-    World::new(nodes, cfg.scheduler, cfg.latency).with_policy(cfg.policy, cfg.seed ^ 0x5c4e_d01e)
+    let world = World::new(nodes, cfg.scheduler, cfg.latency)
+        .with_policy(cfg.policy, cfg.seed ^ 0x5c4e_d01e);
+    match cfg.threads {
+        0 => world,
+        t => world.with_threads(t),
+    }
 }
 
 /// Replace every process's state by random values and fill channels with garbage.
@@ -326,41 +348,63 @@ pub fn corrupt(world: &mut World<Overlay>, rng: &mut SimRng, garbage_per_node: u
     }
 }
 
-/// Tracks which processes the oracle currently judges wrong.
+/// Tracks which processes the oracle currently judges wrong. Shared by the threads of a
+/// phase: each process's flags are touched only by the thread that runs it, and the counts
+/// move only when a process's verdict flips (a few times per process per run).
 struct Judge {
     oracle: Oracle,
-    ring_ok: Vec<bool>,
-    bmg_ok: Vec<bool>,
-    ring_bad: usize,
-    bmg_bad: usize,
+    ring_ok: Vec<AtomicBool>,
+    bmg_ok: Vec<AtomicBool>,
+    ring_bad: AtomicUsize,
+    bmg_bad: AtomicUsize,
 }
 
 impl Judge {
     fn new(oracle: Oracle, nodes: &[Overlay]) -> Self {
-        let ring_ok: Vec<bool> = (0..nodes.len())
-            .map(|p| oracle.ring_ok(p as u32, &nodes[p]))
+        let ring_ok: Vec<AtomicBool> = (0..nodes.len())
+            .map(|p| AtomicBool::new(oracle.ring_ok(p as u32, &nodes[p])))
             .collect();
-        let bmg_ok: Vec<bool> = (0..nodes.len())
-            .map(|p| oracle.bmg_ok(p as u32, &nodes[p]))
+        let bmg_ok: Vec<AtomicBool> = (0..nodes.len())
+            .map(|p| AtomicBool::new(oracle.bmg_ok(p as u32, &nodes[p])))
             .collect();
+        let bad = |v: &[AtomicBool]| v.iter().filter(|ok| !ok.load(Relaxed)).count();
         Self {
-            ring_bad: ring_ok.iter().filter(|&&ok| !ok).count(),
-            bmg_bad: bmg_ok.iter().filter(|&&ok| !ok).count(),
+            ring_bad: AtomicUsize::new(bad(&ring_ok)),
+            bmg_bad: AtomicUsize::new(bad(&bmg_ok)),
             oracle,
             ring_ok,
             bmg_ok,
         }
     }
 
-    fn update(&mut self, p: u32, node: &Overlay) {
+    fn update(&self, p: u32, node: &Overlay) {
         let i = p as usize;
         let r = self.oracle.ring_ok(p, node);
         // Only a correct ring can carry a correct BMG; skip the costlier check until then.
         let b = r && self.oracle.bmg_ok(p, node);
-        self.ring_bad = self.ring_bad + self.ring_ok[i] as usize - r as usize;
-        self.bmg_bad = self.bmg_bad + self.bmg_ok[i] as usize - b as usize;
-        self.ring_ok[i] = r;
-        self.bmg_ok[i] = b;
+        for (ok, flags, bad) in [
+            (r, &self.ring_ok, &self.ring_bad),
+            (b, &self.bmg_ok, &self.bmg_bad),
+        ] {
+            // A load and a store, not a swap: only this process's thread writes its flag, and
+            // a locked exchange costs a quarter of the delivery loop.
+            if flags[i].load(Relaxed) != ok {
+                flags[i].store(ok, Relaxed);
+                if ok {
+                    bad.fetch_sub(1, Relaxed);
+                } else {
+                    bad.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+
+    fn ring_bad(&self) -> usize {
+        self.ring_bad.load(Relaxed)
+    }
+
+    fn bmg_bad(&self) -> usize {
+        self.bmg_bad.load(Relaxed)
     }
 }
 
@@ -376,8 +420,12 @@ pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, BmgError> {
     if cfg.init == Init::Random {
         corrupt(&mut world, &mut rng, cfg.garbage_per_node);
     }
-    let mut judge = Judge::new(Oracle::new(&tree), world.nodes());
-    world.start(&mut |p, node| judge.update(p, node));
+    let judge = Judge::new(Oracle::new(&tree), world.nodes());
+    // The oracle holds the ring order; the tree itself is not needed any more.
+    let n = tree.len() as u64;
+    drop(tree);
+    let watch = |p, node: &Overlay| judge.update(p, node);
+    world.start(&watch);
     // From an arbitrary configuration, a correct state counts only if it survives everything
     // in flight: when all is correct and no message descends from the initial garbage, every
     // message in flight is tainted too, and convergence is declared once they and all they
@@ -389,18 +437,14 @@ pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, BmgError> {
     let mut snapshot = None;
     let mut converged_at = None;
     while world.round() < cfg.max_rounds {
-        let mut changed = false;
-        world.run_round(&mut |p, node| {
-            changed = true;
-            judge.update(p, node)
-        });
+        let changed = world.run_round(&watch) > 0;
         let round = world.round();
-        ring_at = if judge.ring_bad == 0 {
+        ring_at = if judge.ring_bad() == 0 {
             ring_at.or(Some(round))
         } else {
             None
         };
-        let correct = judge.ring_bad == 0 && judge.bmg_bad == 0;
+        let correct = judge.ring_bad() == 0 && judge.bmg_bad() == 0;
         if !correct || (changed && flushing) {
             both_at = None;
             flushing = false;
@@ -425,11 +469,11 @@ pub fn run(cfg: &BmgSimConfig) -> Result<BmgRun, BmgError> {
     let mut changes_after = 0u64;
     if converged {
         for _ in 0..cfg.silence_rounds {
-            world.run_round(&mut |_, _| changes_after += 1);
+            changes_after += world.run_round(&watch);
         }
     }
     Ok(BmgRun {
-        nodes: tree.len() as u64,
+        nodes: n,
         tree: cfg.tree,
         depth: cfg.depth,
         degree: cfg.degree,
@@ -475,6 +519,39 @@ mod tests {
             ..BmgSimConfig::default()
         }
     }
+
+    /// A phase split across threads delivers what one thread would, in the same order: the
+    /// same states, message for message, from an arbitrary start (where order matters most).
+    #[test]
+    fn threads_do_not_change_a_phase() {
+        let run_on = |threads| {
+            let c = BmgSimConfig {
+                init: Init::Random,
+                threads,
+                ..cfg(TreeKind::Random, 12, Scheduler::Sync)
+            };
+            let tree = build_tree(&c).unwrap();
+            assert!(tree.len() > 3 << BLOCK, "several blocks: {}", tree.len());
+            let mut w = build_world(&tree, &c);
+            corrupt(&mut w, &mut SimRng::new(5), 3);
+            let changes = std::sync::atomic::AtomicU64::new(0);
+            let watch = |_, _: &Overlay| {
+                changes.fetch_add(1, Relaxed);
+            };
+            w.start(&watch);
+            let per_round: Vec<u64> = (0..40).map(|_| w.run_round(&watch)).collect();
+            let states: Vec<String> = w.nodes().iter().map(|o| format!("{o:?}")).collect();
+            (per_round, states, w.traffic().sent, changes.into_inner())
+        };
+        let one = run_on(1);
+        assert!(one.0.iter().sum::<u64>() > 0);
+        for t in [2, 3] {
+            assert!(one == run_on(t), "{t} threads differ from one");
+        }
+    }
+
+    /// Receivers per block in the world (2^10).
+    const BLOCK: u32 = 10;
 
     #[test]
     fn binomial_tree_ring_in_four_sync_phases_at_every_size() {
@@ -589,9 +666,9 @@ mod tests {
         let c = cfg(TreeKind::Binary, 4, Scheduler::Sync);
         let tree = build_tree(&c).unwrap();
         let mut world = build_world(&tree, &c);
-        world.start(&mut |_, _| {});
+        world.start(&|_, _| {});
         while world.round() < 100 {
-            world.run_round(&mut |_, _| {});
+            world.run_round(&|_, _| {});
         }
         let oracle = Oracle::new(&tree);
         assert!((0..tree.len() as u32).all(|p| oracle.bmg_ok(p, &world.nodes()[p as usize])));

@@ -6,9 +6,8 @@
 //! `round × tick` as its clock, and a timer armed for `d` comes due `max(1, ceil(d / tick))`
 //! rounds later.
 
-use crate::proto::{Action, Outbox, Protocol, Time, TimerId};
+use crate::proto::Protocol;
 use crate::rng::SimRng;
-use crate::NodeId;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -73,18 +72,23 @@ impl fmt::Display for Scheduler {
     }
 }
 
-/// Receivers per delivery block in a sync phase (2^10 processes: about a megabyte of state).
+mod shard;
+mod timers;
+
+pub use shard::MAX_PROCESSES;
+use shard::{Clock, Envelope, Shard, Tally};
+use timers::Timers;
+
+/// Receivers per delivery block in a sync phase (2^10 processes: about half a megabyte of
+/// state), and the unit a phase's work is split into across threads.
 const BLOCK_SHIFT: u32 = 10;
 
-/// A message in flight.
-#[derive(Clone, Debug)]
-struct Envelope<M> {
-    from: u32,
-    to: u32,
-    /// Descends from a message injected before the run (causally, as in Lemma A.1).
-    tainted: bool,
-    msg: M,
-}
+/// Fewest processes for which a sync phase is split across threads: below, a phase takes
+/// less than spawning the threads does.
+const PARALLEL_FROM: usize = 1 << 15;
+
+/// Lists of messages by block of receivers.
+type Lists<M> = Vec<Vec<Envelope<M>>>;
 
 /// Counters of the traffic so far.
 #[derive(Clone, Debug, Default)]
@@ -105,22 +109,33 @@ impl Traffic {
 }
 
 /// The simulated system.
+///
+/// A synchronous phase runs its deliveries on [`Self::with_threads`] threads, each over a
+/// contiguous range of receiver blocks. The outcome is the same for every thread count: a
+/// receiver takes the phase's messages in the order one thread would deliver them (the
+/// senders' shards in order, then the spontaneous rules' messages), which keeps every channel
+/// FIFO, and timers are queued in that order too.
 pub struct World<P: Protocol> {
     nodes: Vec<P>,
+    timers: Vec<Timers>,
+    versions: Vec<u64>,
     scheduler: Scheduler,
     tick_ns: u64,
     round: u64,
-    /// Pending timers per process: (timer, due round).
-    timers: Vec<Vec<(TimerId, u64)>>,
+    threads: usize,
     /// Sync only: processes with a timer due at a round (entries may be stale).
     wheel: BTreeMap<u64, Vec<u32>>,
-    /// Sync only: messages to deliver in the current phase.
-    in_flight: Vec<Envelope<P::Msg>>,
-    /// Sync only: the phase's messages grouped by block of receivers.
-    buckets: Vec<Vec<Envelope<P::Msg>>>,
+    /// Sync only: the next phase's messages sent while consuming, per shard, by block of
+    /// receivers.
+    queued: Vec<Lists<P::Msg>>,
+    /// Sync only: the messages of spontaneous rules (and `on_start`, and injected garbage), by
+    /// block of receivers; delivered after `queued` in the same phase.
+    spont: Lists<P::Msg>,
     /// Async only: each process's incoming queue, with the step from which each message may
     /// be consumed (in order: the queue is FIFO over all the process's channels).
     inbox: Vec<VecDeque<(u64, Envelope<P::Msg>)>>,
+    /// Async only: a step's messages, in send order.
+    async_sink: Lists<P::Msg>,
     /// Async only: the choice between a rule and a message.
     policy: AsyncPolicy,
     /// Async, random policy only: the coin and the delays.
@@ -132,41 +147,85 @@ pub struct World<P: Protocol> {
     tainted: u64,
     /// Async only: whether the process fired a rule in its last step (for alternation).
     fired_last: Vec<bool>,
-    versions: Vec<u64>,
     traffic: Traffic,
-    out: Outbox<P::Msg>,
+    /// State version changes in the current round.
+    changes: u64,
 }
 
-impl<P: Protocol> World<P> {
-    /// A system of `nodes` (process `i` is `NodeId(i)`) whose round lasts `tick`.
+impl<P: Protocol + Send> World<P>
+where
+    P::Msg: Send,
+{
+    /// A system of `nodes` (process `i` is `NodeId(i)`, fewer than [`MAX_PROCESSES`]) whose
+    /// round lasts `tick`.
     pub fn new(nodes: Vec<P>, scheduler: Scheduler, tick: Duration) -> Self {
         let n = nodes.len();
+        assert!(
+            n < MAX_PROCESSES,
+            "a world holds fewer than {MAX_PROCESSES} processes"
+        );
         let versions = nodes.iter().map(|p| p.state_version()).collect();
-        Self {
+        let blocks = Self::blocks_of(n);
+        let mut w = Self {
             nodes,
+            timers: vec![Timers::None; n],
+            versions,
             scheduler,
             tick_ns: tick.as_nanos().max(1) as u64,
             round: 0,
-            timers: (0..n).map(|_| Vec::new()).collect(),
+            threads: 1,
             wheel: BTreeMap::new(),
-            in_flight: Vec::new(),
-            buckets: (0..(n >> BLOCK_SHIFT) + 1).map(|_| Vec::new()).collect(),
+            queued: Vec::new(),
+            spont: (0..blocks).map(|_| Vec::new()).collect(),
             inbox: match scheduler {
                 Scheduler::Async => (0..n).map(|_| VecDeque::new()).collect(),
                 Scheduler::Sync => Vec::new(),
             },
+            async_sink: vec![Vec::new()],
             policy: AsyncPolicy::MsgFirst,
             rng: SimRng::new(0),
             channel_ready: HashMap::new(),
             tainted: 0,
             fired_last: vec![false; if scheduler == Scheduler::Async { n } else { 0 }],
-            versions,
             traffic: Traffic {
                 received: vec![0; n],
                 ..Traffic::default()
             },
-            out: Outbox::new(),
-        }
+            changes: 0,
+        };
+        let threads = if n >= PARALLEL_FROM {
+            std::thread::available_parallelism().map_or(1, |t| t.get())
+        } else {
+            1
+        };
+        w.set_threads(threads);
+        w
+    }
+
+    fn blocks_of(n: usize) -> usize {
+        n.div_ceil(1 << BLOCK_SHIFT).max(1)
+    }
+
+    /// An empty list per block of receivers.
+    fn lists(&self) -> Lists<P::Msg> {
+        (0..self.spont.len()).map(|_| Vec::new()).collect()
+    }
+
+    fn set_threads(&mut self, threads: usize) {
+        let t = threads.clamp(1, Self::blocks_of(self.nodes.len()));
+        self.threads = t;
+        self.queued = (0..t).map(|_| self.lists()).collect();
+    }
+
+    /// Split synchronous phases across `threads` threads (default: every core from
+    /// 2^15 processes on, one below). Call before [`Self::start`]; the outcome does not change.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        assert!(
+            self.queued.iter().flatten().all(Vec::is_empty),
+            "threads are chosen before the run"
+        );
+        self.set_threads(threads);
+        self
     }
 
     /// Choose the asynchronous scheduler's policy (the default takes messages first), with the
@@ -201,31 +260,32 @@ impl<P: Protocol> World<P> {
     /// configurations hold garbage messages too).
     pub fn inject(&mut self, from: u32, to: u32, msg: P::Msg) {
         self.tainted += 1;
-        let env = Envelope {
-            from,
-            to,
-            tainted: true,
-            msg,
-        };
+        let env = Envelope::new(from, to, true, msg);
         match self.scheduler {
-            Scheduler::Sync => self.in_flight.push(env),
+            Scheduler::Sync => self.spont[(to >> BLOCK_SHIFT) as usize].push(env),
             // Garbage is there from the start: ahead of anything the run sends.
             Scheduler::Async => self.inbox[to as usize].push_back((0, env)),
         }
     }
 
+    fn in_flight_mut(&mut self) -> impl Iterator<Item = &mut Envelope<P::Msg>> {
+        self.queued
+            .iter_mut()
+            .flatten()
+            .chain(self.spont.iter_mut())
+            .flatten()
+            .chain(self.inbox.iter_mut().flatten().map(|(_, env)| env))
+    }
+
     /// Mark every message now in flight as tainted: [`Self::tainted_in_flight`] then reaches zero
     /// only once all of them, and everything sent in reaction to them, have been delivered.
     pub fn taint_in_flight(&mut self) {
-        for env in self
-            .in_flight
-            .iter_mut()
-            .chain(self.inbox.iter_mut().flatten().map(|(_, env)| env))
-        {
-            env.tainted = true;
+        let mut count = 0;
+        for env in self.in_flight_mut() {
+            env.taint();
+            count += 1;
         }
-        self.tainted =
-            self.in_flight.len() as u64 + self.inbox.iter().map(|q| q.len() as u64).sum::<u64>();
+        self.tainted = count;
     }
 
     /// Messages in flight that were injected before the run or were sent in reaction to one
@@ -234,202 +294,239 @@ impl<P: Protocol> World<P> {
         self.tainted
     }
 
-    fn now(&self) -> Time {
-        Time(self.round.saturating_mul(self.tick_ns))
+    fn clock(&self) -> Clock {
+        Clock {
+            n: self.nodes.len() as u64,
+            tick_ns: self.tick_ns,
+            round: self.round,
+            block_shift: BLOCK_SHIFT,
+        }
+    }
+
+    /// One shard over every process, sending into `sink`.
+    fn whole(&mut self, sink: Lists<P::Msg>) -> Shard<'_, P> {
+        let clock = self.clock();
+        Shard::new(
+            0,
+            &mut self.nodes,
+            &mut self.timers,
+            &mut self.versions,
+            &mut self.traffic.received,
+            sink,
+            clock,
+        )
+    }
+
+    /// Add a shard's counts and armed timers to the world's.
+    fn absorb(&mut self, tally: Tally, armed: Vec<(u64, u32)>) {
+        self.changes += tally.changes;
+        self.traffic.sent += tally.sent;
+        self.traffic.dropped += tally.dropped;
+        self.tainted = self.tainted + tally.tainted_sent - tally.tainted_taken;
+        if self.scheduler == Scheduler::Sync {
+            for (due, p) in armed {
+                self.wheel.entry(due).or_default().push(p);
+            }
+        }
     }
 
     /// Call `on_start` on every process (round 0). `changed(p, node)` is called each time a
     /// process's state version changes, right away (while its state is still in cache).
-    pub fn start(&mut self, changed: &mut impl FnMut(u32, &P)) {
-        let now = self.now();
-        let mut sent = Vec::new();
-        for i in 0..self.nodes.len() {
-            self.nodes[i].on_start(now, &mut self.out);
-            self.apply(i as u32, false, &mut sent, changed);
+    pub fn start(&mut self, changed: &(impl Fn(u32, &P) + Sync)) {
+        let sink = match self.scheduler {
+            Scheduler::Sync => std::mem::take(&mut self.spont),
+            Scheduler::Async => std::mem::take(&mut self.async_sink),
+        };
+        let mut shard = self.whole(sink);
+        for p in 0..shard.nodes.len() as u32 {
+            shard.start(p, changed);
         }
-        self.enqueue(sent);
+        let Shard {
+            sink, armed, tally, ..
+        } = shard;
+        self.absorb(tally, armed);
+        match self.scheduler {
+            Scheduler::Sync => self.spont = sink,
+            Scheduler::Async => self.enqueue(sink),
+        }
     }
 
-    /// Messages sent during a round become receivable from the next one.
-    fn enqueue(&mut self, sent: Vec<Envelope<P::Msg>>) {
-        match self.scheduler {
-            Scheduler::Sync => self.in_flight.extend(sent),
-            Scheduler::Async => {
-                let next = self.round + 1;
-                for env in sent {
-                    let AsyncPolicy::Random { max_delay } = self.policy else {
-                        self.inbox[env.to as usize].push_back((next, env));
-                        continue;
-                    };
-                    let delay = self.rng.below(max_delay as u64 + 1);
-                    let last = self.channel_ready.entry((env.from, env.to)).or_insert(0);
-                    let ready = (next + delay).max(*last);
-                    *last = ready;
-                    // After everything ready no later: the channel's earlier messages stay
-                    // ahead, and the queue stays sorted by readiness.
-                    let q = &mut self.inbox[env.to as usize];
-                    let at = q.partition_point(|&(r, _)| r <= ready);
-                    q.insert(at, (ready, env));
-                }
-            }
+    /// Async only: a step's messages become receivable from the next step.
+    fn enqueue(&mut self, mut sink: Lists<P::Msg>) {
+        let next = self.round + 1;
+        for env in sink[0].drain(..) {
+            let AsyncPolicy::Random { max_delay } = self.policy else {
+                self.inbox[env.to as usize].push_back((next, env));
+                continue;
+            };
+            let delay = self.rng.below(max_delay as u64 + 1);
+            let last = self.channel_ready.entry((env.from(), env.to)).or_insert(0);
+            let ready = (next + delay).max(*last);
+            *last = ready;
+            // After everything ready no later: the channel's earlier messages stay
+            // ahead, and the queue stays sorted by readiness.
+            let q = &mut self.inbox[env.to as usize];
+            let at = q.partition_point(|&(r, _)| r <= ready);
+            q.insert(at, (ready, env));
         }
+        self.async_sink = sink;
     }
 
     /// Run one round (a phase or a step) of the configured scheduler, calling `changed` as
-    /// [`Self::start`] does.
-    pub fn run_round(&mut self, changed: &mut impl FnMut(u32, &P)) {
+    /// [`Self::start`] does. Returns how many times a process's state version changed.
+    pub fn run_round(&mut self, changed: &(impl Fn(u32, &P) + Sync)) -> u64 {
+        self.changes = 0;
         match self.scheduler {
             Scheduler::Sync => self.sync_phase(changed),
             Scheduler::Async => self.async_step(changed),
         }
+        self.changes
     }
 
-    fn sync_phase(&mut self, changed: &mut impl FnMut(u32, &P)) {
+    fn sync_phase(&mut self, changed: &(impl Fn(u32, &P) + Sync)) {
         self.round += 1;
-        let now = self.now();
-        let mut this_phase = Vec::new();
-        // 1. Spontaneous rules that are due.
+        // 1. Spontaneous rules that are due, into the spontaneous lists.
+        let mut due = Vec::new();
         while let Some(entry) = self.wheel.first_entry() {
             if *entry.key() > self.round {
                 break;
             }
-            let due_nodes = entry.remove();
-            for p in due_nodes {
-                while let Some(t) = self.take_due_timer(p) {
-                    self.nodes[p as usize].on_timer(now, t, &mut self.out);
-                    self.apply(p, false, &mut this_phase, changed);
-                }
+            due.extend(entry.remove());
+        }
+        if !due.is_empty() {
+            let sink = std::mem::take(&mut self.spont);
+            let mut shard = self.whole(sink);
+            for p in due {
+                shard.fire_due(p, true, changed);
             }
+            let Shard {
+                sink, armed, tally, ..
+            } = shard;
+            self.spont = sink;
+            self.absorb(tally, armed);
         }
         // 2. Every message in the channels: last phase's, then this phase's spontaneous ones
-        // (per channel that is FIFO order).
-        // Visit receivers block by block: the phase's outcome does not depend on how different
-        // receivers interleave, and touching a cache-sized block of processes at a time instead
-        // of jumping at random is what lets a million-process phase run from cache. Bucketing
-        // keeps send order inside a bucket, so every channel stays FIFO.
-        let mut buckets = std::mem::take(&mut self.buckets);
-        for env in self.in_flight.drain(..).chain(this_phase.drain(..)) {
-            buckets[(env.to >> BLOCK_SHIFT) as usize].push(env);
+        // (per channel that is FIFO order). Receivers are visited block by block: touching a
+        // cache-sized block of processes at a time instead of jumping at random is what lets
+        // a million-process phase run from cache; and blocks are what threads share out.
+        let clock = self.clock();
+        let t = self.threads;
+        let blocks = self.spont.len();
+        let bounds: Vec<usize> = (0..=t).map(|i| i * blocks / t).collect();
+        // Each shard's incoming lists, in delivery order: per block, the senders' shards in
+        // order, then the spontaneous list.
+        let mut incoming: Vec<Lists<P::Msg>> = (0..t)
+            .map(|s| {
+                (bounds[s]..bounds[s + 1])
+                    .flat_map(|b| {
+                        let mut lists: Vec<_> = (0..t)
+                            .map(|q| std::mem::take(&mut self.queued[q][b]))
+                            .collect();
+                        lists.push(std::mem::take(&mut self.spont[b]));
+                        lists
+                    })
+                    .collect()
+            })
+            .collect();
+        let n = self.nodes.len();
+        let mut shards = Vec::with_capacity(t);
+        let (mut nodes, mut timers, mut versions, mut received) = (
+            &mut self.nodes[..],
+            &mut self.timers[..],
+            &mut self.versions[..],
+            &mut self.traffic.received[..],
+        );
+        for s in 0..t {
+            let first = (bounds[s] << BLOCK_SHIFT).min(n);
+            let len = (bounds[s + 1] << BLOCK_SHIFT).min(n) - first;
+            let (a, rest) = std::mem::take(&mut nodes).split_at_mut(len);
+            nodes = rest;
+            let (b, rest) = std::mem::take(&mut timers).split_at_mut(len);
+            timers = rest;
+            let (c, rest) = std::mem::take(&mut versions).split_at_mut(len);
+            versions = rest;
+            let (d, rest) = std::mem::take(&mut received).split_at_mut(len);
+            received = rest;
+            let sink = (0..blocks).map(|_| Vec::new()).collect();
+            shards.push(Shard::new(first as u32, a, b, c, d, sink, clock));
         }
-        let mut next = Vec::new();
-        for bucket in buckets.iter_mut() {
-            for env in bucket.drain(..) {
-                self.traffic.received[env.to as usize] += 1;
-                self.tainted -= env.tainted as u64;
-                self.nodes[env.to as usize].on_message(
-                    now,
-                    NodeId(env.from as u64),
-                    env.msg,
-                    &mut self.out,
-                );
-                self.apply(env.to, env.tainted, &mut next, changed);
+        let deliver = |shard: &mut Shard<'_, P>, lists: &mut Lists<P::Msg>| {
+            for list in lists.iter_mut() {
+                shard.deliver_all(list, changed);
             }
+        };
+        if t == 1 {
+            deliver(&mut shards[0], &mut incoming[0]);
+        } else {
+            std::thread::scope(|scope| {
+                let mut work = shards.iter_mut().zip(incoming.iter_mut());
+                let (first_shard, first_lists) = work.next().expect("one shard at least");
+                for (shard, lists) in work {
+                    scope.spawn(move || deliver(shard, lists));
+                }
+                deliver(first_shard, first_lists);
+            });
         }
-        self.buckets = buckets;
-        self.in_flight = next;
+        // What the shards sent is the next phase's, and timers are queued in delivery order.
+        let done: Vec<_> = shards
+            .into_iter()
+            .map(|shard| (shard.sink, shard.tally, shard.armed))
+            .collect();
+        for (s, (sink, tally, armed)) in done.into_iter().enumerate() {
+            self.queued[s] = sink;
+            self.absorb(tally, armed);
+        }
     }
 
-    fn async_step(&mut self, changed: &mut impl FnMut(u32, &P)) {
+    fn async_step(&mut self, changed: &(impl Fn(u32, &P) + Sync)) {
         self.round += 1;
-        let now = self.now();
-        let mut sent = Vec::new();
-        for p in 0..self.nodes.len() {
-            let due_since = self.timers[p]
-                .iter()
-                .map(|&(_, d)| d)
-                .filter(|&d| d <= self.round)
-                .min();
+        let round = self.round;
+        let clock = self.clock();
+        let sink = std::mem::take(&mut self.async_sink);
+        let mut shard = Shard::new(
+            0,
+            &mut self.nodes,
+            &mut self.timers,
+            &mut self.versions,
+            &mut self.traffic.received,
+            sink,
+            clock,
+        );
+        for p in 0..shard.nodes.len() {
+            let due_since = shard.timers[p].due_since(round);
             let has_msg = self.inbox[p]
                 .front()
-                .is_some_and(|&(ready, _)| ready <= self.round);
+                .is_some_and(|&(ready, _)| ready <= round);
             let fire = due_since.is_some_and(|since| {
                 !has_msg
                     || match self.policy {
-                        AsyncPolicy::MsgFirst => self.round - since >= MSG_FIRST_PATIENCE,
+                        AsyncPolicy::MsgFirst => round - since >= MSG_FIRST_PATIENCE,
                         AsyncPolicy::Alternate => !self.fired_last[p],
                         AsyncPolicy::Random { .. } => self.rng.chance(0.5),
                     }
             });
-            let mut tainted = false;
             if fire {
-                if let Some(t) = self.take_due_timer(p as u32) {
-                    self.nodes[p].on_timer(now, t, &mut self.out);
-                }
+                shard.fire_due(p as u32, false, changed);
             } else if let Some((_, env)) = has_msg.then(|| self.inbox[p].pop_front()).flatten() {
-                self.traffic.received[p] += 1;
-                self.tainted -= env.tainted as u64;
-                tainted = env.tainted;
-                self.nodes[p].on_message(now, NodeId(env.from as u64), env.msg, &mut self.out);
+                shard.deliver(env, changed);
             } else {
                 continue;
             }
             self.fired_last[p] = fire;
-            self.apply(p as u32, tainted, &mut sent, changed);
         }
-        self.enqueue(sent);
-    }
-
-    /// Remove and return the earliest timer of `p` that is due.
-    fn take_due_timer(&mut self, p: u32) -> Option<TimerId> {
-        let timers = &mut self.timers[p as usize];
-        let (at, _) = timers
-            .iter()
-            .enumerate()
-            .filter(|(_, &(_, due))| due <= self.round)
-            .min_by_key(|(_, &(t, due))| (due, t))?;
-        Some(timers.swap_remove(at).0)
-    }
-
-    /// Carry out the actions process `p` just produced.
-    fn apply(
-        &mut self,
-        p: u32,
-        tainted: bool,
-        buf: &mut Vec<Envelope<P::Msg>>,
-        changed: &mut impl FnMut(u32, &P),
-    ) {
-        let n = self.nodes.len() as u64;
-        for action in self.out.drain() {
-            match action {
-                Action::Send { to, msg } => {
-                    if to.0 >= n {
-                        self.traffic.dropped += 1;
-                        continue;
-                    }
-                    self.traffic.sent += 1;
-                    self.tainted += tainted as u64;
-                    buf.push(Envelope {
-                        from: p,
-                        to: to.0 as u32,
-                        tainted,
-                        msg,
-                    });
-                }
-                Action::SetTimer { timer, after } => {
-                    let rounds = (after.as_nanos() as u64).div_ceil(self.tick_ns).max(1);
-                    let due = self.round + rounds;
-                    let timers = &mut self.timers[p as usize];
-                    timers.retain(|&(t, _)| t != timer);
-                    timers.push((timer, due));
-                    if self.scheduler == Scheduler::Sync {
-                        self.wheel.entry(due).or_default().push(p);
-                    }
-                }
-                Action::CancelTimer(timer) => self.timers[p as usize].retain(|&(t, _)| t != timer),
-                Action::Report(_) => {}
-            }
-        }
-        let v = self.nodes[p as usize].state_version();
-        if v != self.versions[p as usize] {
-            self.versions[p as usize] = v;
-            changed(p, &self.nodes[p as usize]);
-        }
+        let Shard {
+            sink, armed, tally, ..
+        } = shard;
+        self.absorb(tally, armed);
+        self.enqueue(sink);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::{Outbox, Time, TimerId};
+    use crate::NodeId;
 
     /// Every process sends `count` numbered messages to every other at start and checks that
     /// each channel delivers them in order; a timer that re-arms itself makes every step a
@@ -486,9 +583,9 @@ mod tests {
             .collect();
         let mut w =
             World::new(nodes, Scheduler::Async, Duration::from_micros(1)).with_policy(policy, seed);
-        w.start(&mut |_, _| {});
+        w.start(&|_, _| {});
         while w.round() < 1000 {
-            w.run_round(&mut |_, _| {});
+            w.run_round(&|_, _| {});
         }
         for p in w.nodes() {
             assert!(p.next.iter().all(|&k| k == count), "every message arrived");
@@ -526,9 +623,9 @@ mod tests {
         let nodes = (0..2).map(|_| Bounce { fired_at: None }).collect();
         let mut w = World::new(nodes, Scheduler::Async, Duration::from_micros(1))
             .with_policy(AsyncPolicy::MsgFirst, 0);
-        w.start(&mut |_, _| {});
+        w.start(&|_, _| {});
         while w.round() < 2 * MSG_FIRST_PATIENCE {
-            w.run_round(&mut |_, _| {});
+            w.run_round(&|_, _| {});
         }
         for p in w.nodes() {
             assert_eq!(p.fired_at, Some(1 + MSG_FIRST_PATIENCE));
