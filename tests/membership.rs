@@ -56,10 +56,12 @@ fn every_failure_kind_ends_in_one_view_on_both_backends() {
 }
 
 /// Twelve processes killed at once, the root collecting the failures found while an epoch is
-/// on its way (ICS'06's rule) rather than restarting it: every survivor ends in one view, in
-/// at most three epochs (the first failures, then what was found meanwhile). A process whose
-/// dead child it waited for once stopped waiting without acknowledging, and the root waited
-/// for ever (it restarts nothing).
+/// on its way (ICS'06's rule) rather than restarting it: every survivor ends in one view, and
+/// every epoch installs at least one new failure. How many epochs it takes depends on how the
+/// detections spread out in time (3 on a quiet host, 5 seen with the other tests of this file
+/// running beside it), so the count is measured by `weft bench stabilize --collect`, not
+/// bounded here. A process whose dead child it waited for once stopped waiting without
+/// acknowledging, and the root waited for ever (it restarts nothing).
 #[test]
 fn collected_failures_end_in_one_view_on_both_backends() {
     for backend in [Backend::Poll, Backend::Uring] {
@@ -71,7 +73,10 @@ fn collected_failures_end_in_one_view_on_both_backends() {
             for t in 0..3 {
                 let r = trial(&cfg, t).unwrap_or_else(|e| panic!("{backend} {mode:?}: {e}"));
                 assert!(r.views_agree, "{backend} {mode:?}: {r:?}");
-                assert!((1..=3).contains(&r.epochs), "{backend} {mode:?}: {r:?}");
+                assert!(
+                    (1..=r.victims.len() as u64).contains(&(r.epochs as u64)),
+                    "{backend} {mode:?}: {r:?}"
+                );
             }
         }
     }

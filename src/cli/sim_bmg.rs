@@ -61,7 +61,7 @@ pub struct BmgArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Refuse launch trees larger than this (default: what this machine's available memory
-    /// holds, counting 3 KB per process).
+    /// holds, counting 1 KB per process).
     #[arg(long)]
     max_nodes: Option<u64>,
     /// Run every depth up to --max-depth (the figures' sweep).
