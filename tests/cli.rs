@@ -1028,14 +1028,43 @@ fn bsp_run_keeps_the_fault_free_result_through_kills_on_real_nodes() {
         );
         assert_eq!(r["result_ok"], true, "{r}");
         assert_eq!(r["kills"].as_array().map(Vec::len), Some(4), "{r}");
-        assert_eq!(r["rollbacks"], 4, "{r}");
+        let backtracks = r["backtracks"].as_u64().expect("backtracks");
+        assert_eq!(r["rollbacks"], 4 + backtracks, "{r}");
         assert!(r["rebuilt_states"].as_u64().unwrap() > 0, "{r}");
         assert!(r["baseline_ms"].as_f64().unwrap() > 0.0, "{r}");
     }
+    // A whole neighborhood killed at one moment: its states survive in the SafeState's
+    // replicas only, and the survivors BACKTRACK to it.
+    let mut backtracked = 0;
+    for seed in ["2", "5"] {
+        let out = succeed(&[
+            "bsp",
+            "run",
+            "--nodes",
+            "16",
+            "--supersteps",
+            "12",
+            "--fail",
+            "4",
+            "--burst",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        let r = one_json(&out);
+        assert_eq!(r["result_ok"], true, "{r}");
+        assert_eq!(r["burst"], true, "{r}");
+        let b = r["backtracks"].as_u64().expect("backtracks");
+        assert_eq!(r["rollbacks"], 4 + b, "{r}");
+        backtracked += b;
+    }
+    assert!(backtracked > 0, "no run went back to a SafeState");
     for (args, named) in [
         (vec!["--app", "sort"], "--app"),
         (vec!["--nodes", "4", "--fail", "4"], "--fail 4"),
         (vec!["--supersteps", "0"], "--supersteps 0"),
+        (vec!["--alpha", "1"], "--alpha 1"),
+        (vec!["--safe-every", "0"], "--safe-every 0"),
     ] {
         let mut all = vec!["bsp", "run"];
         all.extend(args);

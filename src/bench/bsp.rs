@@ -15,7 +15,7 @@ use crate::engine::EngineError;
 use crate::proto::bsp::BspEvent;
 use crate::proto::Event;
 use crate::rng::SimRng;
-use crate::storage::StorageConfig;
+use crate::storage::{Placement, Scheme, StorageConfig};
 use crate::transport::{Cluster, NodeOptions};
 use crate::NodeId;
 use std::collections::BTreeMap;
@@ -36,6 +36,13 @@ pub struct BspRunConfig {
     pub fail: usize,
     /// Seeds the victims, their moments and the neighborhoods.
     pub seed: u64,
+    /// `K_0`: a SafeState every this many supersteps.
+    pub safe_every: u32,
+    /// `α`: the fraction of the nodes the job survives losing (the SafeStates' replicas).
+    pub alpha: f64,
+    /// Kill every victim at one moment, as many as can be from one neighborhood: a corrupted
+    /// neighborhood, which only a BACKTRACK to a SafeState survives.
+    pub burst: bool,
     /// How nodes run.
     pub opts: NodeOptions,
     /// Longest wait for the run to end.
@@ -84,6 +91,14 @@ pub struct BspRunReport {
     pub overhead: f64,
     /// Rollbacks the survivors agreed on (epochs).
     pub rollbacks: u32,
+    /// BACKTRACKs to a SafeState among them (a neighborhood corrupted).
+    pub backtracks: u32,
+    /// `K_0`: supersteps per SafeState.
+    pub safe_every: u32,
+    /// `α`: the fraction of the nodes the SafeStates' replicas are sized for.
+    pub alpha: f64,
+    /// The victims died at one moment, a neighborhood first.
+    pub burst: bool,
     /// Supersteps rerun after rollbacks: for each, the newest superstep any node had started
     /// less the one resumed from, plus one, summed.
     pub rerun_supersteps: u32,
@@ -101,6 +116,7 @@ struct Outcome {
     states: Result<Vec<u64>, String>,
     total: Duration,
     rollbacks: u32,
+    backtracks: u32,
     rerun: u32,
     rebuilt: usize,
     backend: String,
@@ -144,6 +160,10 @@ pub fn run(cfg: &BspRunConfig) -> Result<BspRunReport, EngineError> {
         baseline_ms,
         overhead: total_ms / baseline_ms.max(1e-9),
         rollbacks: o.rollbacks,
+        backtracks: o.backtracks,
+        safe_every: cfg.safe_every,
+        alpha: cfg.alpha,
+        burst: cfg.burst,
         rerun_supersteps: o.rerun,
         rebuilt_states: o.rebuilt,
         seed: cfg.seed,
@@ -154,13 +174,40 @@ pub fn run(cfg: &BspRunConfig) -> Result<BspRunReport, EngineError> {
 /// The victims, each with its superstep and delay.
 fn plan(cfg: &BspRunConfig) -> Vec<Kill> {
     let mut rng = SimRng::new(cfg.seed ^ 0xb5b);
-    let victims = super::checkpoint::draw_victims(cfg.nodes, cfg.fail, cfg.seed);
+    let mut victims = super::checkpoint::draw_victims(cfg.nodes, cfg.fail, cfg.seed);
+    if cfg.burst && !victims.is_empty() {
+        // The first victim's whole neighborhood (of the first checkpoints) goes first.
+        let ids: Vec<NodeId> = (0..cfg.nodes as u64).map(NodeId).collect();
+        let p = Placement::new(Scheme::Ida, &ids, cfg.seed, 0);
+        let mut burst: Vec<NodeId> = p
+            .groups()
+            .iter()
+            .find(|g| g.contains(&victims[0]))
+            .cloned()
+            .unwrap_or_default();
+        burst.extend(
+            victims
+                .iter()
+                .filter(|v| !burst.contains(v))
+                .collect::<Vec<_>>(),
+        );
+        burst.truncate(cfg.fail);
+        victims = burst;
+    }
+    let (step, after_us) = (rng.below(u64::from(cfg.supersteps)) as u32, rng.below(2000));
     let mut plan: Vec<Kill> = victims
         .into_iter()
-        .map(|v| Kill {
-            node: v.0,
-            step: rng.below(u64::from(cfg.supersteps)) as u32,
-            after_us: rng.below(2000),
+        .map(|v| match cfg.burst {
+            true => Kill {
+                node: v.0,
+                step,
+                after_us,
+            },
+            false => Kill {
+                node: v.0,
+                step: rng.below(u64::from(cfg.supersteps)) as u32,
+                after_us: rng.below(2000),
+            },
         })
         .collect();
     plan.sort_by_key(|k| (k.step, k.after_us));
@@ -171,6 +218,8 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
     let bsp = BspConfig {
         virt: cfg.virt,
         supersteps: cfg.supersteps,
+        safe_every: cfg.safe_every,
+        alpha: cfg.alpha,
         storage: StorageConfig {
             stripe: 64 << 10,
             seed: cfg.seed,
@@ -190,12 +239,13 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
     let mut finished: BTreeMap<u64, (u32, Vec<(u64, u64)>)> = BTreeMap::new();
     let mut failed: Vec<String> = Vec::new();
     let (mut rollbacks, mut rerun, mut rebuilt) = (0u32, 0u32, 0usize);
+    let mut backtracks = 0u32;
     let mut newest_step = 0u32;
     let mut end = t0;
     let mut timed_out = false;
     loop {
         let killed: Vec<u64> = kills.iter().map(|k: &Kill| k.node).collect();
-        let epoch = killed.len() as u32;
+        let epoch = killed.len() as u32 + backtracks;
         let done = next == plan.len()
             && armed.is_empty()
             && (0..cfg.nodes as u64)
@@ -240,8 +290,13 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
                 }
             }
             BspEvent::Rollback {
-                epoch, to, adopted, ..
+                epoch,
+                to,
+                adopted,
+                backtracks: b,
+                ..
             } => {
+                backtracks = backtracks.max(b);
                 if id == first_live(cfg.nodes, &kills) {
                     rollbacks = rollbacks.max(epoch);
                     rerun += newest_step.saturating_sub(to.unwrap_or(0)) + 1;
@@ -274,7 +329,7 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
     } else {
         cluster.shutdown()?;
     }
-    let epoch = kills.len() as u32;
+    let epoch = kills.len() as u32 + backtracks;
     let states = if failed.is_empty() {
         let survivors = finished
             .into_iter()
@@ -288,6 +343,7 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
         states,
         total,
         rollbacks,
+        backtracks,
         rerun,
         rebuilt,
         backend,

@@ -17,8 +17,9 @@
 //! (`crate::sim::bsp`, `weft sim bsp`), which executes the program's threads for real and
 //! checks the result against a fault-free run, and the processors that run a program on the
 //! engine ([`node`], `weft bsp run`): checkpoints in IDA neighborhoods after every superstep,
-//! agreement among the survivors on where to resume, adoption of the dead's virtual
-//! processors (its header says where it departs from the paper).
+//! SafeStates with GLOBALSTORAGE's replicas every `K_0`, agreement among the survivors on
+//! where to resume, adoption of the dead's virtual processors, and BACKTRACK to the SafeState
+//! when a neighborhood is corrupted (its header says where it departs from the paper).
 
 pub mod alb;
 pub mod app;

@@ -32,13 +32,25 @@
 //! resumed from are discarded, and pieces of an older epoch are refused, so nothing stale
 //! takes a place in the window.
 //!
+//! SafeStates and BACKTRACK (sections 3.5.2–3.5.3): the checkpoint of every superstep that is
+//! a multiple of [`BspConfig::safe_every`] (`K_0`, the paper's epoch; its "epoch" is not ours,
+//! which counts agreements) is a SafeState: GLOBALSTORAGE gives each piece
+//! `Λ = ⌈2αn / (N_u + 2)⌉` replicas in the next neighborhoods (Lemma 3.12), and storage keeps
+//! it past its window. When an adopted state cannot be rebuilt from its neighborhood (more
+//! than half of it died at once: a corruption), its processor raises the BACKTRACKs and sends
+//! its `Known` again; the survivors agree on the raised count as on a death, double the
+//! neighborhoods under a new hash, and resume from the newest SafeState any of them knows
+//! complete, every state rebuilt from it (their own from their copy, adopted ones from the
+//! replicas). Only a SafeState that cannot be rebuilt either (more than `α` of the job lost
+//! across the replicas) stops the run, with [`BspEvent::Failed`].
+//!
 //! Departures from the paper: every survivor reruns the supersteps since the checkpoint it
 //! resumes from (at most two per failure), where Figure 3 reruns only the dead's pending
 //! threads in SECONDARYJOBs; the dead's virtual processors go to the ring's next live
-//! processor, not by ALB; and when more than half of a neighborhood dies at once the run
-//! stops with [`BspEvent::Failed`] instead of a BACKTRACK to a SafeState (GLOBALSTORAGE's
-//! replicas are not on the engine yet). Never a wrong result: a state that cannot be rebuilt
-//! exactly is an error.
+//! processor, not by ALB; the corruption is found when a rebuild fails, not by a
+//! BSPAGREEMENT exception code; and the owner sends a SafeState's replicas itself, where
+//! Figure 9 has each neighborhood copy its pieces to the next. Never a wrong result: a state
+//! that cannot be rebuilt exactly is an error.
 
 use super::Program;
 use crate::proto::bsp::{BspEvent, BspMsg, Known, Mail};
@@ -56,6 +68,11 @@ pub struct BspConfig {
     pub virt: u64,
     /// Supersteps of the program.
     pub supersteps: u32,
+    /// `K_0`: every superstep that is a multiple of it starts with a SafeState.
+    pub safe_every: u32,
+    /// `α`: the fraction of the processors the job survives losing; sets the SafeStates'
+    /// replicas `Λ`.
+    pub alpha: f64,
     /// The storage under the checkpoints; [`BspNode::new`] sets three versions and agreed
     /// views.
     pub storage: StorageConfig,
@@ -87,6 +104,11 @@ pub struct BspNode {
     cfg: BspConfig,
     storage: Storage,
     dead: BTreeSet<NodeId>,
+    /// BACKTRACKs agreed or raised (the storage's neighborhoods are `2^backtracks · N_0`).
+    backtracks: u32,
+    /// The BACKTRACKs of the last resume: fewer than `backtracks` means one is pending.
+    resumed_backtracks: u32,
+    /// The epoch: agreements so far (`|dead| + backtracks`).
     epoch: u32,
     phase: Phase,
     step: u32,
@@ -94,17 +116,31 @@ pub struct BspNode {
     vps: BTreeMap<u64, (u64, Vec<(u64, u64)>)>,
     /// The newest checkpoint known complete at every processor.
     known: Option<Known>,
+    /// The newest SafeState known complete at every processor.
+    safe: Option<Known>,
     /// This processor's own checkpointed states by version (the newest few).
     saved: BTreeMap<u64, BTreeMap<u64, Bytes>>,
+    /// Its own states of the two newest SafeStates.
+    safe_saved: BTreeMap<u64, BTreeMap<u64, Bytes>>,
+    /// The rebuild under way is from a SafeState: if it fails, nothing is left to go back to.
+    from_safe: bool,
     /// Batches by (epoch, step), by sender.
     batches: HashMap<(u32, u32), BTreeMap<NodeId, Vec<Mail>>>,
-    /// The dead set and `known` each survivor sent last.
-    knowns: HashMap<NodeId, (Vec<u64>, Option<Known>)>,
+    /// What each survivor sent last: its dead set, BACKTRACKs, `known` and `safe`.
+    knowns: HashMap<NodeId, Told>,
     /// Adopted states still being rebuilt.
     rebuilding: BTreeSet<u64>,
     /// Storage events to act on (the nested protocol reports them while it runs).
     storage_events: VecDeque<StorageEvent>,
     version_counter: u64,
+}
+
+/// A survivor's [`BspMsg::Known`].
+struct Told {
+    dead: Vec<u64>,
+    backtracks: u32,
+    known: Option<Known>,
+    safe: Option<Known>,
 }
 
 /// The storage version of the checkpoint of `step` in `epoch`: increasing with both.
@@ -130,12 +166,17 @@ impl BspNode {
             program,
             cfg,
             dead: BTreeSet::new(),
+            backtracks: 0,
+            resumed_backtracks: 0,
             epoch: 0,
             phase: Phase::Checkpointing { version: 0 },
             step: 0,
             vps: BTreeMap::new(),
             known: None,
+            safe: None,
             saved: BTreeMap::new(),
+            safe_saved: BTreeMap::new(),
+            from_safe: false,
             batches: HashMap::new(),
             knowns: HashMap::new(),
             rebuilding: BTreeSet::new(),
@@ -149,9 +190,14 @@ impl BspNode {
         &self.dead
     }
 
-    /// The epoch (failures agreed so far).
+    /// The epoch (failures and BACKTRACKs agreed so far).
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    /// BACKTRACKs so far.
+    pub fn backtracks(&self) -> u32 {
+        self.backtracks
     }
 
     /// Where this processor is and what it waits for, for a run that does not end.
@@ -171,8 +217,11 @@ impl BspNode {
             }
             Phase::Agreeing => {
                 let dead: Vec<u64> = self.dead.iter().map(|p| p.0).collect();
-                let m = missing(&|p| self.knowns.get(&p).is_some_and(|k| k.0 == dead));
-                format!("agreeing on {dead:?}, waits for {m:?}")
+                let m = missing(&|p| self.agrees(p, &dead));
+                format!(
+                    "agreeing on {dead:?} and {} backtracks, waits for {m:?}",
+                    self.backtracks
+                )
             }
             Phase::Rebuilding { version } => {
                 format!("rebuilding {:?} of {version:#x}", self.rebuilding)
@@ -254,12 +303,17 @@ impl BspNode {
                     }
                 }
                 StorageEvent::Unrecoverable { vid, version, why } => {
-                    if self.phase == (Phase::Rebuilding { version }) {
+                    if self.phase != (Phase::Rebuilding { version }) {
+                        continue;
+                    }
+                    if self.from_safe {
                         return self.stop(
                             out,
-                            format!("state of virtual processor {vid} is lost: {why}"),
+                            format!("state of virtual processor {vid} is lost, its SafeState too: {why}"),
                         );
                     }
+                    // A corrupted neighborhood: BACKTRACK to the last SafeState.
+                    self.learn(&[], self.backtracks + 1, out);
                 }
                 StorageEvent::Rejected { why } => {
                     if matches!(
@@ -294,13 +348,43 @@ impl BspNode {
         while self.saved.len() > 4 {
             self.saved.pop_first();
         }
+        let replicas = self.is_safe(self.step).then(|| self.lambda());
+        if replicas.is_some() {
+            self.safe_saved.insert(v, states.clone());
+            while self.safe_saved.len() > 2 {
+                self.safe_saved.pop_first();
+            }
+        }
         self.phase = Phase::Checkpointing { version: v };
         self.store(out, |s, o| {
             for (vid, data) in states {
                 s.request(Request::Protect { vid, data }, o);
             }
-            s.request(Request::Checkpoint { version: v }, o);
+            match replicas {
+                Some(replicas) => s.request(
+                    Request::GlobalStorage {
+                        version: v,
+                        replicas,
+                    },
+                    o,
+                ),
+                None => s.request(Request::Checkpoint { version: v }, o),
+            }
         });
+    }
+
+    /// Whether the checkpoint before superstep `step` is a SafeState.
+    fn is_safe(&self, step: u32) -> bool {
+        step.is_multiple_of(self.cfg.safe_every.max(1))
+    }
+
+    /// `Λ = ⌈2αn / (N_u + 2)⌉` (Lemma 3.12), for `n` processors of the job and the
+    /// neighborhoods of the live ones (storage caps it at one per other neighborhood).
+    fn lambda(&self) -> usize {
+        let live = self.live().count();
+        let n_u = crate::storage::placement::n_u(live, self.backtracks).min(live.max(1));
+        let alpha = self.cfg.alpha.clamp(0.0, 1.0);
+        (2.0 * alpha * self.all.len() as f64 / (n_u + 2) as f64).ceil() as usize
     }
 
     /// Step 2: the threads of the owned virtual processors, and one batch to each live one.
@@ -365,6 +449,9 @@ impl BspNode {
             step: self.step,
             version: version(self.epoch, self.step),
         });
+        if self.is_safe(self.step) {
+            self.safe = self.known;
+        }
         for m in batches.into_values().flatten() {
             if let Some(vp) = self.vps.get_mut(&m.to) {
                 vp.1.push((m.from, m.value));
@@ -388,14 +475,15 @@ impl BspNode {
 
     // ---- failures ----------------------------------------------------------------------
 
-    /// `gone` are dead: tell every survivor what this processor holds dead and knows.
-    fn declare(&mut self, gone: &[NodeId], out: &mut Outbox<BspMsg>) {
+    /// `gone` are dead and the BACKTRACKs are at least `backtracks`: if that is news, tell
+    /// every survivor what this processor holds dead, the BACKTRACKs and what it knows.
+    fn learn(&mut self, gone: &[NodeId], backtracks: u32, out: &mut Outbox<BspMsg>) {
         let fresh: Vec<NodeId> = gone
             .iter()
             .copied()
             .filter(|p| self.all.binary_search(p).is_ok() && !self.dead.contains(p))
             .collect();
-        if fresh.is_empty() || self.phase == Phase::Stopped {
+        if (fresh.is_empty() && backtracks <= self.backtracks) || self.phase == Phase::Stopped {
             return;
         }
         if fresh.contains(&self.me) {
@@ -408,7 +496,8 @@ impl BspNode {
             // Storage stops waiting for its confirmations and pieces.
             self.store(out, |s, o| s.on_suspect(Time::ZERO, p, o));
         }
-        self.epoch = self.dead.len() as u32;
+        self.backtracks = self.backtracks.max(backtracks);
+        self.epoch = self.dead.len() as u32 + self.backtracks;
         self.batches.retain(|&(e, _), _| e >= self.epoch);
         self.phase = Phase::Agreeing;
         let dead: Vec<u64> = self.dead.iter().map(|p| p.0).collect();
@@ -419,29 +508,50 @@ impl BspNode {
                 BspMsg::Known {
                     dead: dead.clone(),
                     known: self.known,
+                    safe: self.safe,
+                    backtracks: self.backtracks,
                 },
             );
         }
         self.agree(out);
     }
 
-    /// Every survivor holds this dead set: resume from the newest checkpoint any knows.
+    /// Whether survivor `p` last told this processor's dead set and BACKTRACKs.
+    fn agrees(&self, p: NodeId, dead: &[u64]) -> bool {
+        self.knowns
+            .get(&p)
+            .is_some_and(|t| t.dead == dead && t.backtracks == self.backtracks)
+    }
+
+    /// Every survivor holds this dead set and these BACKTRACKs: resume from the newest
+    /// checkpoint any knows, or from the newest SafeState after a BACKTRACK.
     fn agree(&mut self, out: &mut Outbox<BspMsg>) {
         if self.phase != Phase::Agreeing {
             return;
         }
         let dead: Vec<u64> = self.dead.iter().map(|p| p.0).collect();
-        let mut to = self.known;
+        let (mut known, mut safe) = (self.known, self.safe);
         for p in self.live().filter(|&p| p != self.me) {
-            match self.knowns.get(&p) {
-                Some((d, k)) if *d == dead => to = to.max(*k),
-                _ => return,
+            if !self.agrees(p, &dead) {
+                return;
             }
+            let t = &self.knowns[&p];
+            known = known.max(t.known);
+            safe = safe.max(t.safe);
         }
-        self.rollback(to, out);
+        let backtrack = self.backtracks > self.resumed_backtracks;
+        self.resumed_backtracks = self.backtracks;
+        self.safe = safe;
+        if backtrack {
+            let backtracks = self.backtracks;
+            self.store(out, |s, o| s.request(Request::Backtrack { backtracks }, o));
+            self.rollback(safe, true, out);
+        } else {
+            self.rollback(known, false, out);
+        }
     }
 
-    fn rollback(&mut self, to: Option<Known>, out: &mut Outbox<BspMsg>) {
+    fn rollback(&mut self, to: Option<Known>, from_safe: bool, out: &mut Outbox<BspMsg>) {
         let live: Vec<NodeId> = self.live().collect();
         let (from, below) = (to.map_or(0, |k| k.version + 1), version(self.epoch, 0));
         self.store(out, |s, o| {
@@ -449,6 +559,7 @@ impl BspNode {
             s.request(Request::Discard { from, below }, o);
         });
         self.known = to;
+        self.from_safe = from_safe;
         self.vps.clear();
         self.rebuilding.clear();
         let owned = self.owned();
@@ -463,7 +574,11 @@ impl BspNode {
             }
             Some(k) => {
                 self.step = k.step;
-                let mine = self.saved.get(&k.version);
+                let mine = if from_safe {
+                    self.safe_saved.get(&k.version)
+                } else {
+                    self.saved.get(&k.version)
+                };
                 for vid in owned {
                     match mine.and_then(|m| m.get(&vid)).and_then(|b| decode(b)) {
                         Some(vp) => {
@@ -479,6 +594,7 @@ impl BspNode {
             dead: self.dead.iter().copied().collect(),
             to: to.map(|k| k.step),
             adopted: adopted.len(),
+            backtracks: self.backtracks,
         }));
         let Some(k) = to.filter(|_| !adopted.is_empty()) else {
             // Nothing to rebuild: checkpoint over the survivors and rerun the superstep.
@@ -520,10 +636,21 @@ impl BspNode {
                     self.barrier(out);
                 }
             }
-            BspMsg::Known { dead, known } => {
+            BspMsg::Known {
+                dead,
+                known,
+                safe,
+                backtracks,
+            } => {
                 let theirs: Vec<NodeId> = dead.iter().map(|&d| NodeId(d)).collect();
-                self.knowns.insert(from, (dead, known));
-                self.declare(&theirs, out);
+                let told = Told {
+                    dead,
+                    backtracks,
+                    known,
+                    safe,
+                };
+                self.knowns.insert(from, told);
+                self.learn(&theirs, backtracks, out);
                 self.agree(out);
             }
         }
@@ -604,7 +731,7 @@ impl Protocol for BspNode {
             // Storage still hears it: a piece asked of the peer again must be asked elsewhere.
             self.store(out, |s, o| s.on_suspect(now, peer, o));
         } else {
-            self.declare(&[peer], out);
+            self.learn(&[peer], self.backtracks, out);
         }
         self.storage_news(out);
         self.version_counter += 1;

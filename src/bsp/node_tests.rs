@@ -11,6 +11,8 @@ fn started() -> (BspNode, Outbox<BspMsg>) {
     let cfg = BspConfig {
         virt: 8,
         supersteps: 4,
+        safe_every: 2,
+        alpha: 0.25,
         storage: StorageConfig::default(),
     };
     let mut node = BspNode::new(NodeId(2), &all, &PrefixSum, cfg);
@@ -29,6 +31,8 @@ fn a_processor_the_others_hold_dead_stops() {
         BspMsg::Known {
             dead: vec![2],
             known: None,
+            safe: None,
+            backtracks: 0,
         },
         &mut out,
     );
@@ -102,6 +106,7 @@ fn a_piece_of_an_older_epoch_is_refused_once_a_failure_is_known() {
         stripe_len: 4096,
         crc32c: 0,
         stripe_crc: 0,
+        safe: false,
     };
     let put = StoreMsg::Put {
         key,

@@ -25,6 +25,17 @@ pub struct BspRunArgs {
     /// Nodes killed while the program runs, each at a seeded moment.
     #[arg(long, default_value_t = 2)]
     fail: usize,
+    /// Kill every victim at one moment, a whole neighborhood first: only a BACKTRACK to a
+    /// SafeState survives that.
+    #[arg(long)]
+    burst: bool,
+    /// `K_0`: a SafeState (GLOBALSTORAGE) every this many supersteps.
+    #[arg(long, default_value_t = 4)]
+    safe_every: u32,
+    /// `α`: the fraction of the nodes the SafeStates survive losing (their replicas
+    /// `Λ = ⌈2αn / (N_u + 2)⌉`).
+    #[arg(long, default_value_t = 0.25)]
+    alpha: f64,
     /// Seed of the victims, their moments and the neighborhoods (default: fresh, printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -60,6 +71,12 @@ pub fn run(a: BspRunArgs) -> anyhow::Result<()> {
         a.supersteps
     );
     super::checks::within("--timeout-s", a.timeout_s, 1..=86_400)?;
+    super::checks::within("--safe-every", a.safe_every, 1..=100_000)?;
+    anyhow::ensure!(
+        (0.0..1.0).contains(&a.alpha),
+        "--alpha {}: a fraction, from 0 to below 1",
+        a.alpha
+    );
     let seed = a.seed.unwrap_or_else(weft::rng::SimRng::fresh_seed);
     let cfg = BspRunConfig {
         app,
@@ -68,6 +85,9 @@ pub fn run(a: BspRunArgs) -> anyhow::Result<()> {
         supersteps: a.supersteps,
         fail: a.fail,
         seed,
+        safe_every: a.safe_every,
+        alpha: a.alpha,
+        burst: a.burst,
         opts: weft::bench::stabilize::job_options(
             a.engine.wait.into(),
             a.engine.backend.map(Into::into),
@@ -104,8 +124,9 @@ pub fn run(a: BspRunArgs) -> anyhow::Result<()> {
             r.overhead
         );
         say!(
-            "{} rollbacks, {} supersteps rerun, {} states rebuilt from neighbors' pieces",
+            "{} rollbacks ({} BACKTRACKs to a SafeState), {} supersteps rerun, {} states rebuilt from neighbors' pieces",
             r.rollbacks,
+            r.backtracks,
             r.rerun_supersteps,
             r.rebuilt_states
         );

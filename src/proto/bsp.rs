@@ -62,13 +62,19 @@ mod wire_form {
             /// The messages.
             mail: Vec<Mail>,
         },
-        /// A failure: the processors the sender holds dead, and the newest checkpoint it knows
-        /// every processor completed. The survivors roll back to the newest any of them knows.
+        /// A failure or a corruption: the processors the sender holds dead, the BACKTRACKs it
+        /// knows of, and the newest checkpoint and SafeState it knows every processor
+        /// completed. The survivors roll back to the newest checkpoint any of them knows, or,
+        /// when the BACKTRACKs grew, to the newest SafeState.
         Known {
             /// Dead processors, sorted.
             dead: Vec<u64>,
             /// The newest checkpoint known complete, if any.
             known: Option<Known>,
+            /// The newest SafeState known complete, if any.
+            safe: Option<Known>,
+            /// BACKTRACKs so far (a rebuild that failed adds one).
+            backtracks: u32,
         },
     }
 }
@@ -111,6 +117,8 @@ pub enum BspEvent {
         to: Option<u32>,
         /// States this processor rebuilds from its neighbors' pieces (it adopted them).
         adopted: usize,
+        /// BACKTRACKs so far; when this rollback raised them it resumes from a SafeState.
+        backtracks: u32,
     },
     /// Every superstep is done: its virtual processors' final states.
     Finished {

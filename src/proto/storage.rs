@@ -64,6 +64,9 @@ mod wire_form {
         pub crc32c: u32,
         /// CRC-32C of the stripe's data (checks a rebuild).
         pub stripe_crc: u32,
+        /// A piece of a SafeState (GLOBALSTORAGE): its holder keeps the version past the
+        /// window of LOCALSTORAGE's.
+        pub safe: bool,
     }
 
     /// Messages of neighborhood storage.

@@ -8,8 +8,14 @@
 //! - `Protect { vid, data }`: this state is to be kept under virtual id `vid`;
 //! - `Checkpoint { version }`: disperse every protected state; `StorageEvent::Checkpointed`
 //!   once every holder has its piece;
-//! - `Recover { vid, version }`: gather and rebuild `vid`'s state from the live holders;
-//!   `StorageEvent::Recovered` with the bytes, or `Unrecoverable`, never wrong data.
+//! - `GlobalStorage { version, replicas }`: a checkpoint that is a SafeState (Figure 9): each
+//!   piece also goes to the same slot of the `replicas` next neighborhoods, and holders keep
+//!   the two newest SafeStates past the window of versions;
+//! - `Recover { vid, version }`: gather and rebuild `vid`'s state from the live holders, any
+//!   `m` distinct slots from any replica; `StorageEvent::Recovered` with the bytes, or
+//!   `Unrecoverable`, never wrong data;
+//! - `Backtrack { backtracks }`: later checkpoints over neighborhoods of `2^u · N_0`, drawn by
+//!   a new hash.
 //!
 //! Every piece carries a CRC-32C of its body (a damaged piece is skipped and another holder
 //! asked) and the CRC-32C of its stripe's data, combined at checkpoint time from the data
@@ -21,8 +27,9 @@
 //! Two schemes users know from SCR run on the same protocol for comparison: partner copy and
 //! XOR sets (SCR's default, sets of 8). See [`Scheme`].
 //!
-//! Memory is bounded: a holder keeps at most `quota` bytes of other processes' pieces and two
-//! checkpoint versions per state; pieces from outside the view are refused.
+//! Memory is bounded: a holder keeps at most `quota` bytes of other processes' pieces, the
+//! newest `keep_versions` checkpoint versions and two SafeStates; pieces from outside the view
+//! are refused.
 
 mod crc;
 pub mod node;

@@ -41,6 +41,22 @@ pub enum Request {
         /// The checkpoint.
         version: Option<u64>,
     },
+    /// Disperse every protected state as checkpoint `version`, a SafeState (GLOBALSTORAGE,
+    /// Figure 9): each piece also goes to the same slot of the `replicas` neighborhoods after
+    /// its own (at most one per other neighborhood), and every holder keeps the version past
+    /// the window of [`StorageConfig::keep_versions`] until two newer SafeStates came.
+    GlobalStorage {
+        /// The checkpoint's number, increasing.
+        version: u64,
+        /// `Λ`: copies beside the neighborhood's own.
+        replicas: usize,
+    },
+    /// The job BACKTRACKed (section 3.5.2): checkpoints from now on are placed over
+    /// neighborhoods of `2^backtracks · N_0`, drawn by a new hash; earlier ones keep theirs.
+    Backtrack {
+        /// BACKTRACKs so far.
+        backtracks: u32,
+    },
     /// The live view changed (from the membership service).
     View(Vec<NodeId>),
     /// Forget every checkpoint numbered from `from` to below `below`, a dispersal among them
@@ -98,6 +114,8 @@ impl Default for StorageConfig {
 /// A checkpoint as this process took it: where pieces went and its own states then.
 struct Snapshot {
     placement: Placement,
+    /// SafeState replicas (0: LOCALSTORAGE only).
+    replicas: usize,
     states: BTreeMap<u64, Bytes>,
 }
 
@@ -114,8 +132,11 @@ struct Dispersing {
 /// One stripe being gathered.
 #[derive(Default)]
 struct Gather {
-    /// Holders in the order to ask them, with their slot.
+    /// Holders in the order to ask them, with their slot (a slot may have one per replica).
     candidates: Vec<(NodeId, u8)>,
+    /// Candidates asked already (IDA and partner), by index.
+    tried: Vec<bool>,
+    /// XOR: whether the fold went out.
     next: usize,
     asked: HashMap<u8, NodeId>,
     got: Vec<(u8, Payload)>,
@@ -149,6 +170,9 @@ pub struct Storage {
     parity: HashMap<(u64, u32), Vec<u8>>,
     xor_meta: HashMap<PieceKey, PieceMeta>,
     versions: BTreeSet<u64>,
+    /// SafeState versions, kept past the window: the two newest (the one being taken and the
+    /// last complete one).
+    pinned: BTreeSet<u64>,
     suspected: HashSet<NodeId>,
     /// XOR folds this process passed on, by next hop, with whom to tell if that hop fails.
     relayed: HashMap<NodeId, Vec<(PieceKey, u64)>>,
@@ -183,6 +207,7 @@ impl Storage {
             parity: HashMap::new(),
             xor_meta: HashMap::new(),
             versions: BTreeSet::new(),
+            pinned: BTreeSet::new(),
             suspected: HashSet::new(),
             relayed: HashMap::new(),
             reported_drops: HashSet::new(),
@@ -211,7 +236,11 @@ impl Storage {
             Request::Protect { vid, data } => {
                 self.protected.insert(vid, data);
             }
-            Request::Checkpoint { version } => self.checkpoint(version, out),
+            Request::Checkpoint { version } => self.checkpoint(version, None, out),
+            Request::GlobalStorage { version, replicas } => {
+                self.checkpoint(version, Some(replicas), out)
+            }
+            Request::Backtrack { backtracks } => self.cfg.backtracks = backtracks,
             Request::Recover { vid, version } => {
                 match version.or_else(|| self.snapshots.keys().next_back().copied()) {
                     Some(v) => self.recover(vid, v, out),
@@ -244,7 +273,8 @@ impl Storage {
 
     // ---- owner --------------------------------------------------------------------------
 
-    fn checkpoint(&mut self, version: u64, out: &mut Outbox<StoreMsg>) {
+    /// Disperse the protected states as `version`: a SafeState with `replicas` when given.
+    fn checkpoint(&mut self, version: u64, replicas: Option<usize>, out: &mut Outbox<StoreMsg>) {
         if let Some(d) = &self.dispersing {
             return reject(out, format!("checkpoint {} is still dispersing", d.version));
         }
@@ -274,7 +304,12 @@ impl Storage {
                 "XOR sets keep one state per process, under its own id".into(),
             );
         }
+        let safe = replicas.is_some();
+        let replicas = replicas.unwrap_or(0).min(placement.max_replicas());
         self.note_version(version);
+        if safe {
+            self.pin(version);
+        }
         // Buffers of the last checkpoint's parity that no holder or send queue still holds.
         for b in std::mem::take(&mut self.sent_parity) {
             if let Ok(b) = b.try_into_mut() {
@@ -303,6 +338,7 @@ impl Storage {
                     stripe_len: self.cfg.stripe as u32,
                     crc32c: 0,
                     stripe_crc: 0,
+                    safe,
                 };
                 let bodies = self.code(&placement, &holders, &stripe, m);
                 let crcs: Vec<u32> = bodies.iter().map(|b| crc32c::crc32c(b)).collect();
@@ -314,9 +350,10 @@ impl Storage {
                     m,
                     &mut self.shifts,
                 );
-                for (slot, ((holder, body), crc)) in
-                    holders.iter().zip(bodies).zip(crcs).enumerate()
-                {
+                let copies: Vec<Vec<NodeId>> = (0..=replicas)
+                    .filter_map(|r| placement.replica_holders(vid, r))
+                    .collect();
+                for (slot, (body, crc)) in bodies.into_iter().zip(crcs).enumerate() {
                     let key = PieceKey {
                         vid,
                         version,
@@ -324,22 +361,36 @@ impl Storage {
                         slot: slot as u8,
                     };
                     meta.crc32c = crc;
-                    d.pieces += 1;
-                    if *holder == self.me {
-                        self.keep(key, meta, Payload::from_bytes(body));
-                    } else if self.suspected.contains(holder) {
-                        d.lost += 1;
-                    } else {
-                        *d.waiting.entry(*holder).or_default() += 1;
-                        d.left += 1;
-                        let body = Payload::from_bytes(body);
-                        out.send(*holder, StoreMsg::Put { key, meta, body });
+                    let body = Payload::from_bytes(body);
+                    let mut sent: Vec<NodeId> = Vec::with_capacity(copies.len());
+                    for holder in copies.iter().filter_map(|c| c.get(slot).copied()) {
+                        if sent.contains(&holder) {
+                            continue; // a replica that wrapped onto the same holder
+                        }
+                        sent.push(holder);
+                        d.pieces += 1;
+                        if holder == self.me {
+                            self.keep(key, meta, body.clone()); // the newest: kept
+                        } else if self.suspected.contains(&holder) {
+                            d.lost += 1;
+                        } else {
+                            *d.waiting.entry(holder).or_default() += 1;
+                            d.left += 1;
+                            let body = body.clone();
+                            out.send(holder, StoreMsg::Put { key, meta, body });
+                        }
                     }
                 }
             }
         }
-        self.snapshots
-            .insert(version, Snapshot { placement, states });
+        self.snapshots.insert(
+            version,
+            Snapshot {
+                placement,
+                replicas,
+                states,
+            },
+        );
         self.dispersing = Some(d);
         self.dispersed(out);
     }
@@ -440,11 +491,37 @@ impl Storage {
     /// Remember `version` and forget everything of versions older than the
     /// [`StorageConfig::keep_versions`] newest.
     fn note_version(&mut self, version: u64) {
-        if !self.versions.insert(version) || self.versions.len() <= self.cfg.keep_versions.max(1) {
-            return;
+        if self.versions.insert(version) {
+            self.trim();
         }
-        if let Some(old) = self.versions.pop_first() {
-            self.forget(old);
+    }
+
+    /// Forget every version that is neither among the [`StorageConfig::keep_versions`]
+    /// newest nor a pinned SafeState.
+    fn trim(&mut self) {
+        let keep = self.cfg.keep_versions.max(1);
+        let old: Vec<u64> = self
+            .versions
+            .iter()
+            .rev()
+            .skip(keep)
+            .copied()
+            .filter(|v| !self.pinned.contains(v))
+            .collect();
+        for v in old {
+            self.versions.remove(&v);
+            self.forget(v);
+        }
+    }
+
+    /// Keep SafeState `version` past the window; the third newest leaves the pin (and, older
+    /// than the window, is forgotten).
+    fn pin(&mut self, version: u64) {
+        if self.pinned.insert(version) {
+            while self.pinned.len() > 2 {
+                self.pinned.pop_first();
+            }
+            self.trim();
         }
     }
 
@@ -453,6 +530,7 @@ impl Storage {
         let gone: Vec<u64> = self.versions.range(range.clone()).copied().collect();
         for v in gone {
             self.versions.remove(&v);
+            self.pinned.remove(&v);
             self.forget(v);
         }
         // Confirmations still on their way find no dispersal and are ignored.
@@ -484,12 +562,17 @@ impl Storage {
         self.held_bytes = self.held_bytes.saturating_sub(freed);
     }
 
-    fn keep(&mut self, key: PieceKey, meta: PieceMeta, body: Payload) {
+    /// Hold a piece; `false` when its version is already out of the window.
+    fn keep(&mut self, key: PieceKey, meta: PieceMeta, body: Payload) -> bool {
         self.note_version(key.version);
+        if !self.versions.contains(&key.version) {
+            return false;
+        }
         self.held_bytes += body.len() as u64;
         if let Some((_, old)) = self.held.insert(key, (meta, body)) {
             self.held_bytes = self.held_bytes.saturating_sub(old.len() as u64);
         }
+        true
     }
 
     fn drop_from(&mut self, from: NodeId, out: &mut Outbox<StoreMsg>) {
@@ -527,7 +610,12 @@ impl Storage {
             xor::xor_into(p, &body);
             self.xor_meta.insert(PieceKey { slot: 0, ..key }, meta);
         } else {
-            self.keep(key, meta, body);
+            if meta.safe {
+                self.pin(key.version);
+            }
+            if !self.keep(key, meta, body) {
+                return out.send(from, StoreMsg::Refused { key });
+            }
         }
         out.send(from, StoreMsg::Stored { key });
     }
@@ -638,6 +726,9 @@ impl Storage {
             return reject(out, format!("this process took no checkpoint {version}"));
         };
         let placement = snap.placement.clone();
+        let copies: Vec<Vec<NodeId>> = (0..=snap.replicas)
+            .filter_map(|r| placement.replica_holders(vid, r))
+            .collect();
         let Some((holders, m)) = placement.holders(vid) else {
             return unrecoverable(out, vid, version, "empty view".into());
         };
@@ -664,22 +755,26 @@ impl Storage {
             stripes: Vec::new(),
             left: 1,
         };
-        r.stripes.push(self.gather_plan(&holders));
+        r.stripes.push(self.gather_plan(&copies));
         self.recoveries.insert((vid, version), r);
         self.ask(vid, version, 0, out);
     }
 
     /// The holders of a stripe in the order to ask them: this process first, then the rest
-    /// that are not suspected, by slot.
-    fn gather_plan(&self, holders: &[NodeId]) -> Gather {
-        let mut candidates: Vec<(NodeId, u8)> = holders
+    /// that are not suspected, the neighborhood before its replicas, by slot.
+    fn gather_plan(&self, copies: &[Vec<NodeId>]) -> Gather {
+        let mut candidates: Vec<(usize, NodeId, u8)> = copies
             .iter()
             .enumerate()
-            .filter(|(_, h)| !self.suspected.contains(h))
-            .map(|(s, &h)| (h, s as u8))
+            .flat_map(|(r, c)| c.iter().enumerate().map(move |(s, &h)| (r, h, s as u8)))
+            .filter(|(_, h, _)| !self.suspected.contains(h))
             .collect();
-        candidates.sort_by_key(|&(h, s)| (h != self.me, s));
+        candidates.sort_by_key(|&(r, h, s)| (h != self.me, r, s));
+        let mut seen = HashSet::new();
+        candidates.retain(|c| seen.insert((c.1, c.2)));
+        let candidates: Vec<(NodeId, u8)> = candidates.into_iter().map(|c| (c.1, c.2)).collect();
         Gather {
+            tried: vec![false; candidates.len()],
             candidates,
             ..Gather::default()
         }
@@ -726,12 +821,21 @@ impl Storage {
         let m = r.m;
         let g = &mut r.stripes[s];
         let mut local = Vec::new();
-        while g.asked.len() + g.got.len() < m && g.next < g.candidates.len() {
-            let (h, slot) = g.candidates[g.next];
-            g.next += 1;
-            if self.suspected.contains(&h) {
-                continue;
-            }
+        while g.asked.len() + g.got.len() < m {
+            // The first holder not asked yet of a slot neither asked nor got: another replica
+            // of a slot stays a candidate until that slot is in.
+            let next = (0..g.candidates.len()).find(|&i| {
+                let (h, slot) = g.candidates[i];
+                !g.tried[i]
+                    && !self.suspected.contains(&h)
+                    && !g.asked.contains_key(&slot)
+                    && g.got.iter().all(|p| p.0 != slot)
+            });
+            let Some(i) = next else {
+                break;
+            };
+            g.tried[i] = true;
+            let (h, slot) = g.candidates[i];
             g.asked.insert(slot, h);
             let key = PieceKey {
                 vid,
@@ -808,6 +912,7 @@ impl Storage {
         let holders: Vec<(NodeId, u8)> = r.stripes[0].candidates.clone();
         for _ in 1..stripes {
             r.stripes.push(Gather {
+                tried: vec![false; holders.len()],
                 candidates: holders.clone(),
                 ..Gather::default()
             });

@@ -93,6 +93,17 @@ impl Net {
 
     /// Every process protects a state of its own and checkpoints `version`; the states.
     fn checkpoint_all(&mut self, version: u64, sizes: &[usize], rng: &mut SimRng) -> Vec<Bytes> {
+        self.safe_state_all(version, 0, sizes, rng)
+    }
+
+    /// [`Net::checkpoint_all`] as a SafeState with `replicas` (none: LOCALSTORAGE only).
+    fn safe_state_all(
+        &mut self,
+        version: u64,
+        replicas: usize,
+        sizes: &[usize],
+        rng: &mut SimRng,
+    ) -> Vec<Bytes> {
         let n = self.nodes.len();
         let states: Vec<Bytes> = (0..n)
             .map(|i| {
@@ -112,7 +123,12 @@ impl Net {
                     data: data.clone(),
                 },
             );
-            self.request(vid, Request::Checkpoint { version });
+            let req = if replicas == 0 {
+                Request::Checkpoint { version }
+            } else {
+                Request::GlobalStorage { version, replicas }
+            };
+            self.request(vid, req);
         }
         let done = self
             .take()
@@ -317,6 +333,7 @@ fn strangers_and_pieces_over_quota_are_refused_and_hold_no_memory() {
         stripe_len: 1000,
         crc32c: 0,
         stripe_crc: 0,
+        safe: false,
     };
     let body = Payload::from_bytes(Bytes::from(vec![1u8; 3000]));
     let mut out = Outbox::new();
@@ -477,4 +494,87 @@ fn with_agreed_views_a_suspicion_does_not_move_a_placement() {
         );
         assert_eq!(a == b, agreed, "agreed views {agreed}: {a:?} against {b:?}");
     }
+}
+
+#[test]
+fn a_safe_state_outlives_its_corrupted_neighborhood_through_its_replicas() {
+    let mut rng = SimRng::new(12);
+    let mut net = Net::new(16, cfg(Scheme::Ida));
+    let states = net.safe_state_all(1, 1, &[2500], &mut rng);
+    let placement = net.node(0).snapshots[&1].placement.clone();
+    // The whole neighborhood of 5 dies: LOCALSTORAGE alone could not rebuild it.
+    let mut victims = neighbors(&mut net, 5);
+    victims.push(5);
+    assert!(!placement.survives(5, 0, &as_ids(&victims)));
+    net.kill(&victims);
+    let at = (0..16).find(|x| !victims.contains(x)).unwrap();
+    let e = net.recover(at, 5);
+    assert_eq!(recovered(&e), Some(&states[5]), "{e:?}");
+    // The replica's holders die too, but for one: fewer slots than m, an error.
+    let (copy, m) = (placement.replica_holders(5, 1).unwrap(), 2);
+    let more: Vec<u64> = copy.iter().map(|h| h.0).take(copy.len() - m + 1).collect();
+    net.kill(&more);
+    victims.extend(&more);
+    assert!(!placement.survives(5, 1, &as_ids(&victims)));
+    let at = (0..16).find(|x| !victims.contains(x)).unwrap();
+    let e = net.recover(at, 5);
+    assert!(
+        matches!(e, StorageEvent::Unrecoverable { vid: 5, .. }),
+        "{e:?}"
+    );
+}
+
+fn as_ids(v: &[u64]) -> Vec<NodeId> {
+    v.iter().copied().map(NodeId).collect()
+}
+
+#[test]
+fn a_safe_state_is_kept_past_the_window_until_two_newer_came() {
+    let mut rng = SimRng::new(13);
+    let mut net = Net::new(8, cfg(Scheme::Ida));
+    let safe = net.safe_state_all(1, 1, &[3000], &mut rng);
+    for v in 2..=5 {
+        net.checkpoint_all(v, &[3000], &mut rng);
+    }
+    let held: BTreeSet<u64> = net.node(3).held.keys().map(|k| k.version).collect();
+    assert_eq!(
+        held,
+        [1, 4, 5].into(),
+        "the window of two and the SafeState"
+    );
+    net.request(
+        6,
+        Request::Recover {
+            vid: 2,
+            version: Some(1),
+        },
+    );
+    let e = net.take().remove(0).1;
+    assert!(recovered(&e) == Some(&safe[2]), "the SafeState rebuilds");
+    net.safe_state_all(6, 1, &[3000], &mut rng);
+    net.safe_state_all(7, 1, &[3000], &mut rng);
+    let held: BTreeSet<u64> = net.node(3).held.keys().map(|k| k.version).collect();
+    assert_eq!(held, [6, 7].into(), "two newer SafeStates free the first");
+}
+
+#[test]
+fn a_backtrack_doubles_the_neighborhoods_of_later_checkpoints_only() {
+    let mut rng = SimRng::new(14);
+    let mut net = Net::new(16, cfg(Scheme::Ida));
+    net.checkpoint_all(1, &[100], &mut rng);
+    for i in 0..16 {
+        net.request(i, Request::Backtrack { backtracks: 1 });
+    }
+    let states = net.checkpoint_all(2, &[100], &mut rng);
+    let sizes = |v: u64, net: &mut Net| net.node(0).snapshots[&v].placement.size;
+    assert_eq!((sizes(1, &mut net), sizes(2, &mut net)), (4, 8));
+    // m = 4 of 8: four of 5's neighborhood die, the state comes back.
+    let victims: Vec<u64> = neighbors(&mut net, 5)
+        .into_iter()
+        .take(3)
+        .chain([5])
+        .collect();
+    net.kill(&victims);
+    let at = (0..16).find(|x| !victims.contains(x)).unwrap();
+    assert_eq!(recovered(&net.recover(at, 5)), Some(&states[5]));
 }

@@ -64,8 +64,14 @@ impl Placement {
         let (size, groups) = match scheme {
             Scheme::Ida => {
                 let size = n_u(len, backtracks).min(len.max(1));
+                // Each BACKTRACK draws a new hash (section 3.5.2), the first one is the seed's.
+                let h = if backtracks == 0 {
+                    seed
+                } else {
+                    mix(seed, u64::from(backtracks))
+                };
                 let mut order = sorted.clone();
-                order.sort_by_key(|id| (mix(seed, id.0), id.0));
+                order.sort_by_key(|id| (mix(h, id.0), id.0));
                 let g = (len / size.max(1)).max(len.div_ceil(MAX_GROUP)).max(1);
                 let groups = (0..g)
                     .map(|i| order[i * len / g..(i + 1) * len / g].to_vec())
@@ -141,6 +147,39 @@ impl Placement {
         })
     }
 
+    /// The replicas a SafeState can have (GLOBALSTORAGE): one per other neighborhood; none
+    /// for the SCR schemes, which have no neighborhoods to copy into.
+    pub fn max_replicas(&self) -> usize {
+        match self.scheme {
+            Scheme::Ida => self.groups.len().saturating_sub(1),
+            Scheme::Partner | Scheme::Xor { .. } => 0,
+        }
+    }
+
+    /// The holders of replica `r` of `vid`'s pieces (GLOBALSTORAGE, Figure 9), slot by slot:
+    /// replica 0 is the neighborhood itself ([`Placement::holders`]), replica `r` the `r`-th
+    /// neighborhood after it (modulo their number), slot `i` on its member `i` modulo its
+    /// size (neighborhoods differ in size by at most one, so at most one member holds two
+    /// slots). The pieces are the same bytes in every replica: a rebuild takes any `m`
+    /// distinct slots from any replicas. `None` past [`Placement::max_replicas`].
+    pub fn replica_holders(&self, vid: u64, r: usize) -> Option<Vec<NodeId>> {
+        let (holders, _) = self.holders(vid)?;
+        if r == 0 {
+            return Some(holders);
+        }
+        if r > self.max_replicas() {
+            return None;
+        }
+        let home = self.home(vid)?;
+        let g = self.groups.iter().position(|g| g.contains(&home))?;
+        let target = &self.groups[(g + r) % self.groups.len()];
+        Some(
+            (0..holders.len())
+                .map(|i| target[i % target.len()])
+                .collect(),
+        )
+    }
+
     /// Whether `vid`'s state survives the loss of the processes `dead`: its own process is
     /// counted dead when listed (a recovery is for a state whose process died).
     pub fn tolerates(&self, vid: u64, dead: &[NodeId]) -> bool {
@@ -154,6 +193,24 @@ impl Placement {
             Scheme::Xor { .. } => alive == holders.len(),
             _ => alive >= m,
         }
+    }
+
+    /// Whether `vid`'s SafeState with `replicas` replicas survives the loss of `dead`: some
+    /// `m` slots each have a live holder in some replica.
+    pub fn survives(&self, vid: u64, replicas: usize, dead: &[NodeId]) -> bool {
+        let Some((holders, m)) = self.holders(vid) else {
+            return false;
+        };
+        if replicas == 0 || self.scheme != Scheme::Ida {
+            return self.tolerates(vid, dead);
+        }
+        let copies: Vec<Vec<NodeId>> = (0..=replicas.min(self.max_replicas()))
+            .filter_map(|r| self.replica_holders(vid, r))
+            .collect();
+        let live_slots = (0..holders.len())
+            .filter(|&i| copies.iter().any(|c| !dead.contains(&c[i])))
+            .count();
+        live_slots >= m
     }
 }
 
@@ -220,6 +277,33 @@ mod tests {
         assert!(!x.tolerates(3, &[NodeId(3), NodeId(4)]));
         let p = Placement::new(Scheme::Partner, &ids(16), 0, 0);
         assert_eq!(p.holders(15).unwrap().0, vec![NodeId(0)]);
+    }
+
+    #[test]
+    fn replicas_go_to_the_next_neighborhoods_and_outlive_a_corrupted_one() {
+        let p = Placement::new(Scheme::Ida, &ids(16), 3, 0);
+        assert_eq!(p.max_replicas(), 3);
+        assert_eq!(p.replica_holders(5, 4), None);
+        let (own, m) = p.holders(5).unwrap();
+        let groups = p.groups();
+        let g = groups.iter().position(|g| g.contains(&NodeId(5))).unwrap();
+        let next = p.replica_holders(5, 1).unwrap();
+        assert_eq!(next.len(), own.len(), "one holder per slot");
+        assert!(next.iter().all(|h| groups[(g + 1) % 4].contains(h)));
+        // Three of the four in 5's neighborhood dead: corrupted alone, whole with a replica.
+        let dead: Vec<NodeId> = own.iter().copied().take(3).collect();
+        assert!(!p.survives(5, 0, &dead));
+        assert!(p.survives(5, 1, &dead));
+        // Every holder of a slot in both copies dead, and one more slot gone: below m.
+        let mut worse = dead.clone();
+        worse.extend(next.iter().copied().take(own.len() - m + 1));
+        assert!(!p.survives(5, 1, &worse));
+        // A backtrack draws other neighborhoods, not only larger ones.
+        let q = Placement::new(Scheme::Ida, &ids(64), 3, 1);
+        let r = Placement::new(Scheme::Ida, &ids(64), 3, 0);
+        assert_eq!(q.size, 2 * r.size);
+        let first_of = |p: &Placement| p.groups()[0].clone();
+        assert_ne!(first_of(&q)[..r.size], first_of(&r)[..]);
     }
 
     #[test]
