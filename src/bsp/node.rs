@@ -120,7 +120,7 @@ pub struct BspNode {
     safe: Option<Known>,
     /// This processor's own checkpointed states by version (the newest few).
     saved: BTreeMap<u64, BTreeMap<u64, Bytes>>,
-    /// Its own states of the two newest SafeStates.
+    /// Its own states of the SafeStates from `safe` on.
     safe_saved: BTreeMap<u64, BTreeMap<u64, Bytes>>,
     /// The rebuild under way is from a SafeState: if it fails, nothing is left to go back to.
     from_safe: bool,
@@ -156,6 +156,7 @@ impl BspNode {
         all.dedup();
         let storage_cfg = StorageConfig {
             keep_versions: cfg.storage.keep_versions.max(3),
+            keep_safe: usize::MAX,
             agreed_views: true,
             ..cfg.storage.clone()
         };
@@ -351,9 +352,6 @@ impl BspNode {
         let replicas = self.is_safe(self.step).then(|| self.lambda());
         if replicas.is_some() {
             self.safe_saved.insert(v, states.clone());
-            while self.safe_saved.len() > 2 {
-                self.safe_saved.pop_first();
-            }
         }
         self.phase = Phase::Checkpointing { version: v };
         self.store(out, |s, o| {
@@ -371,6 +369,19 @@ impl BspNode {
                 None => s.request(Request::Checkpoint { version: v }, o),
             }
         });
+    }
+
+    /// `safe` is the newest SafeState complete everywhere: older ones are not needed, here
+    /// or in storage. (Storage keeps SafeStates until told: failures in a row can start
+    /// several before one completes, and the one to go back to is the newest complete.)
+    fn release(&mut self, safe: Option<Known>, out: &mut Outbox<BspMsg>) {
+        self.safe = self.safe.max(safe);
+        if let Some(k) = self.safe {
+            self.safe_saved.retain(|&v, _| v >= k.version);
+            self.store(out, |s, o| {
+                s.request(Request::Release { below: k.version }, o)
+            });
+        }
     }
 
     /// Whether the checkpoint before superstep `step` is a SafeState.
@@ -450,7 +461,7 @@ impl BspNode {
             version: version(self.epoch, self.step),
         });
         if self.is_safe(self.step) {
-            self.safe = self.known;
+            self.release(self.known, out);
         }
         for m in batches.into_values().flatten() {
             if let Some(vp) = self.vps.get_mut(&m.to) {
@@ -541,7 +552,7 @@ impl BspNode {
         }
         let backtrack = self.backtracks > self.resumed_backtracks;
         self.resumed_backtracks = self.backtracks;
-        self.safe = safe;
+        self.release(safe, out);
         if backtrack {
             let backtracks = self.backtracks;
             self.store(out, |s, o| s.request(Request::Backtrack { backtracks }, o));

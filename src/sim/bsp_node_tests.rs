@@ -37,14 +37,14 @@ fn world(
     virt: u64,
     supersteps: u32,
     seed: u64,
-    alpha: f64,
+    safe: Safe,
 ) -> TimedWorld<BspNode> {
     let all: Vec<NodeId> = (0..n).map(NodeId).collect();
     let cfg = BspConfig {
         virt,
         supersteps,
-        safe_every: 4,
-        alpha,
+        safe_every: safe.every,
+        alpha: safe.alpha,
         storage: StorageConfig {
             stripe: 4096,
             seed,
@@ -66,20 +66,36 @@ fn run(
     kills: &[(u64, u32)],
     seed: u64,
 ) -> Run {
-    run_alpha(program, n, virt, supersteps, kills, seed, 0.25)
+    run_safe(program, n, virt, supersteps, kills, seed, Safe::default())
 }
 
-/// [`run`] with SafeStates sized for `alpha` (0: no replicas).
-fn run_alpha(
+/// How often SafeStates are taken and for which `α` their replicas are sized.
+#[derive(Clone, Copy)]
+struct Safe {
+    every: u32,
+    alpha: f64,
+}
+
+impl Default for Safe {
+    fn default() -> Self {
+        Self {
+            every: 4,
+            alpha: 0.25,
+        }
+    }
+}
+
+/// [`run`] with these SafeStates.
+fn run_safe(
     program: &'static dyn Program,
     n: u64,
     virt: u64,
     supersteps: u32,
     kills: &[(u64, u32)],
     seed: u64,
-    alpha: f64,
+    safe: Safe,
 ) -> Run {
-    let mut w = world(program, n, virt, supersteps, seed, alpha);
+    let mut w = world(program, n, virt, supersteps, seed, safe);
     for &(t, i) in kills {
         w.kill_at(t, i);
     }
@@ -234,7 +250,11 @@ fn beyond_what_the_safe_states_hold_the_run_stops_with_an_error_never_a_wrong_re
     // SafeState alike.
     let span = run(&Jacobi, 8, 40, 10, &[], 2).end;
     let kills: Vec<(u64, u32)> = (0..5).map(|i| (span / 2, i)).collect();
-    let r = run_alpha(&Jacobi, 8, 40, 10, &kills, 2, 0.0);
+    let no_replicas = Safe {
+        alpha: 0.0,
+        ..Safe::default()
+    };
+    let r = run_safe(&Jacobi, 8, 40, 10, &kills, 2, no_replicas);
     match r.result {
         Err(why) => assert!(why.contains("SafeState too"), "{why}"),
         Ok(v) => panic!("five of eight dead, yet a result: {v:?}"),
@@ -276,6 +296,41 @@ fn a_quarter_of_the_job_dying_close_together_is_survived() {
     }
     // Before SafeStates, kills this close together often left a neighborhood of five with
     // two, and those runs stopped.
+    assert!(backtracked > 0, "no run needed a BACKTRACK");
+}
+
+#[test]
+fn a_neighborhood_dying_a_little_apart_backtracks_and_keeps_the_result() {
+    // A SafeState every third superstep, and a whole neighborhood killed one by one a
+    // seeded gap apart: some deaths are agreed separately (each rollback begins another
+    // SafeState), and a rebuild that finds the rest of the neighborhood gone goes back to the
+    // newest SafeState complete everywhere.
+    let (n, virt, s) = (32, 128, 16);
+    let every_third = Safe {
+        every: 3,
+        ..Safe::default()
+    };
+    let span = run_safe(&PrefixSum, n, virt, s, &[], 9, every_third).end;
+    let mut backtracked = 0;
+    for seed in 0..20u64 {
+        let all: Vec<NodeId> = (0..n).map(NodeId).collect();
+        let p = crate::storage::Placement::new(crate::storage::Scheme::Ida, &all, seed, 0);
+        let g = &p.groups()[seed as usize % p.groups().len()];
+        let mut rng = SimRng::new(seed);
+        let (at, gap) = (span / 4 + rng.below(span / 2), 1 + rng.below(span / 40));
+        let kills: Vec<(u64, u32)> = g
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (at + i as u64 * gap, x.0 as u32))
+            .collect();
+        let r = run_safe(&PrefixSum, n, virt, s, &kills, seed, every_third);
+        assert_eq!(
+            r.result,
+            Ok(app::reference(&PrefixSum, virt, s)),
+            "seed {seed}, kills {kills:?}"
+        );
+        backtracked += usize::from(r.backtracks > 0);
+    }
     assert!(backtracked > 0, "no run needed a BACKTRACK");
 }
 

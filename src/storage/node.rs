@@ -51,6 +51,12 @@ pub enum Request {
         /// `Λ`: copies beside the neighborhood's own.
         replicas: usize,
     },
+    /// SafeStates older than `below` are no longer needed (a newer one is complete
+    /// everywhere): they leave the pin, and the window.
+    Release {
+        /// The oldest SafeState still kept.
+        below: u64,
+    },
     /// The job BACKTRACKed (section 3.5.2): checkpoints from now on are placed over
     /// neighborhoods of `2^backtracks · N_0`, drawn by a new hash; earlier ones keep theirs.
     Backtrack {
@@ -88,6 +94,11 @@ pub struct StorageConfig {
     /// ones: 2 by default (the checkpoint being taken and the last complete one); a job whose
     /// processes may be a checkpoint apart when one fails needs 3 (`crate::bsp::node`).
     pub keep_versions: usize,
+    /// SafeStates ([`Request::GlobalStorage`]) kept past that window, the newest ones: 2 by
+    /// default (the one being taken and the last complete one). A job that knows when a
+    /// SafeState is complete everywhere keeps them all and says which to drop
+    /// ([`Request::Release`]): failures in a row can start several before one completes.
+    pub keep_safe: usize,
     /// Draw neighborhoods over the view the application gave ([`Request::View`]) only, a
     /// suspected holder's pieces counted as lost. Without it a checkpoint is placed over the
     /// view less this process's own suspicions, which is right for one owner but lets two
@@ -106,6 +117,7 @@ impl Default for StorageConfig {
             seed: 0,
             backtracks: 0,
             keep_versions: 2,
+            keep_safe: 2,
             agreed_views: false,
         }
     }
@@ -241,6 +253,13 @@ impl Storage {
                 self.checkpoint(version, Some(replicas), out)
             }
             Request::Backtrack { backtracks } => self.cfg.backtracks = backtracks,
+            Request::Release { below } => {
+                let before = self.pinned.len();
+                self.pinned.retain(|&v| v >= below);
+                if self.pinned.len() < before {
+                    self.trim();
+                }
+            }
             Request::Recover { vid, version } => {
                 match version.or_else(|| self.snapshots.keys().next_back().copied()) {
                     Some(v) => self.recover(vid, v, out),
@@ -514,11 +533,11 @@ impl Storage {
         }
     }
 
-    /// Keep SafeState `version` past the window; the third newest leaves the pin (and, older
-    /// than the window, is forgotten).
+    /// Keep SafeState `version` past the window; past [`StorageConfig::keep_safe`] the oldest
+    /// leaves the pin (and, older than the window, is forgotten).
     fn pin(&mut self, version: u64) {
         if self.pinned.insert(version) {
-            while self.pinned.len() > 2 {
+            while self.pinned.len() > self.cfg.keep_safe.max(1) {
                 self.pinned.pop_first();
             }
             self.trim();

@@ -578,3 +578,25 @@ fn a_backtrack_doubles_the_neighborhoods_of_later_checkpoints_only() {
     let at = (0..16).find(|x| !victims.contains(x)).unwrap();
     assert_eq!(recovered(&net.recover(at, 5)), Some(&states[5]));
 }
+
+#[test]
+fn a_job_that_releases_safe_states_itself_keeps_them_until_it_does() {
+    let mut rng = SimRng::new(15);
+    let cfg = StorageConfig {
+        keep_safe: usize::MAX,
+        ..cfg(Scheme::Ida)
+    };
+    let mut net = Net::new(8, cfg);
+    for v in 1..=3 {
+        net.safe_state_all(v, 1, &[2000], &mut rng);
+    }
+    net.checkpoint_all(4, &[2000], &mut rng);
+    net.checkpoint_all(5, &[2000], &mut rng);
+    let held =
+        |net: &mut Net| -> BTreeSet<u64> { net.node(3).held.keys().map(|k| k.version).collect() };
+    assert_eq!(held(&mut net), [1, 2, 3, 4, 5].into());
+    for i in 0..8 {
+        net.request(i, Request::Release { below: 3 });
+    }
+    assert_eq!(held(&mut net), [3, 4, 5].into());
+}
