@@ -920,6 +920,39 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "refused before any run");
+    // A random launch tree of any size, and the plot of both times.
+    let dir = scratch("bench-bmg");
+    let svg = dir.join("bmg.svg");
+    let out = succeed(&[
+        "bench",
+        "bmg",
+        "--tree",
+        "random",
+        "--degree",
+        "3",
+        "--seed",
+        "5",
+        "--nodes-list",
+        "50",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let r = one_json(&out);
+    assert_eq!(
+        (r["nodes"].clone(), r["tree"].clone()),
+        (50.into(), "random".into())
+    );
+    assert_eq!(r["converged"], true, "{r}");
+    assert!(
+        r["depth"].as_u64().unwrap() >= 4,
+        "50 processes, 3 children at most: {r}"
+    );
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        plot.contains("real nodes") && plot.contains("simulator"),
+        "{plot}"
+    );
 }
 
 /// `weft sim faults` runs fault schedules for membership and the overlay, checks each, and

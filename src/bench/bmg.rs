@@ -25,8 +25,12 @@ use std::time::{Duration, Instant};
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct BmgBenchConfig {
-    /// Launch tree shape (binary or binomial).
+    /// Launch tree shape.
     pub tree: TreeKind,
+    /// A random tree's largest number of children per process.
+    pub degree: u32,
+    /// Seeds a random tree.
+    pub seed: u64,
     /// Firing period of the spontaneous rules.
     pub period: Duration,
     /// After the last process went quiet, how long nothing may wake one for the run to end.
@@ -44,6 +48,8 @@ pub struct BmgBenchRow {
     pub nodes: u32,
     /// Launch tree.
     pub tree: String,
+    /// Its depth (random trees: what the ring's rounds follow, the paper's Figure 4).
+    pub depth: u32,
     /// Real: start to the last process going quiet, ms.
     pub real_ms: f64,
     /// The timed simulator's projection with the measured costs, ms.
@@ -70,25 +76,26 @@ pub struct BmgBenchRow {
     pub backend: String,
 }
 
-/// The launch tree of `n` processes: binomial for a power of two, binary for `2^k − 1`.
-pub fn tree_of(kind: TreeKind, n: u32) -> Result<Tree, BenchError> {
+/// The launch tree of `n` processes: binomial for a power of two, binary for `2^k − 1`, or
+/// random (`1..=degree` children per process, breadth first, from `seed`) for any `n`.
+pub fn tree_of(kind: TreeKind, n: u32, degree: u32, seed: u64) -> Result<Tree, BenchError> {
     let bad = |what: &str| BenchError::Config(format!("{n} nodes: a {what}"));
+    let wrap = |e: crate::sim::tree::TreeError| BenchError::Config(e.to_string());
     match kind {
         TreeKind::Binomial if n.is_power_of_two() => {
-            Tree::binomial(n.trailing_zeros(), u64::from(n))
-                .map_err(|e| BenchError::Config(e.to_string()))
+            Tree::binomial(n.trailing_zeros(), u64::from(n)).map_err(wrap)
         }
         TreeKind::Binomial => Err(bad(
             "binomial tree has a power of two of them (16, 64, ...)",
         )),
         TreeKind::Binary if n >= 1 && (n + 1).is_power_of_two() => {
-            Tree::binary((n + 1).trailing_zeros() - 1, u64::from(n))
-                .map_err(|e| BenchError::Config(e.to_string()))
+            Tree::binary((n + 1).trailing_zeros() - 1, u64::from(n)).map_err(wrap)
         }
         TreeKind::Binary => Err(bad("binary tree has 2^k - 1 of them (15, 63, ...)")),
-        TreeKind::Random => Err(BenchError::Config(
-            "the random tree has no set size: use binary or binomial".into(),
-        )),
+        TreeKind::Random => {
+            let mut rng = crate::rng::SimRng::new(seed ^ u64::from(n));
+            Tree::random_sized(n, degree, &mut rng).map_err(wrap)
+        }
     }
 }
 
@@ -195,7 +202,7 @@ fn projected(
 
 /// Run one N.
 pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
-    let tree = tree_of(cfg.tree, n)?;
+    let tree = tree_of(cfg.tree, n, cfg.degree, cfg.seed)?;
     super::route::fits_descriptors(n as usize)?;
     let spont = SpontaneousConfig {
         period: cfg.period,
@@ -216,6 +223,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     Ok(BmgBenchRow {
         nodes: n,
         tree: cfg.tree.to_string(),
+        depth: tree.depth(),
         real_ms,
         sim_ms,
         ratio: real_ms / sim_ms.max(1e-9),
@@ -238,7 +246,7 @@ mod tests {
     /// The check finds every process of an unbuilt overlay wrong and none of a built one.
     #[test]
     fn the_finger_check_tells_built_from_unbuilt() {
-        let tree = tree_of(TreeKind::Binomial, 32).unwrap();
+        let tree = tree_of(TreeKind::Binomial, 32, 0, 0).unwrap();
         let spont = SpontaneousConfig {
             period: Duration::from_micros(100),
             refresh: None,
@@ -264,9 +272,11 @@ mod tests {
     /// Sizes that no tree of the kind has are refused, naming the sizes it has.
     #[test]
     fn tree_sizes_are_checked() {
-        assert_eq!(tree_of(TreeKind::Binary, 15).unwrap().len(), 15);
-        assert_eq!(tree_of(TreeKind::Binomial, 64).unwrap().len(), 64);
-        assert!(tree_of(TreeKind::Binary, 16).is_err());
-        assert!(tree_of(TreeKind::Binomial, 63).is_err());
+        assert_eq!(tree_of(TreeKind::Binary, 15, 0, 0).unwrap().len(), 15);
+        assert_eq!(tree_of(TreeKind::Binomial, 64, 0, 0).unwrap().len(), 64);
+        assert!(tree_of(TreeKind::Binary, 16, 0, 0).is_err());
+        assert!(tree_of(TreeKind::Binomial, 63, 0, 0).is_err());
+        assert_eq!(tree_of(TreeKind::Random, 63, 3, 1).unwrap().len(), 63);
+        assert!(tree_of(TreeKind::Random, 63, 0, 1).is_err());
     }
 }

@@ -1,18 +1,29 @@
 //! `weft bench bmg`: the BMG built on real in-process nodes from a launch tree, every finger
 //! checked, beside the timed simulator's projection with the costs measured in the same run.
 
+use super::plot::{log_x_svg, Series};
 use super::values::TreeKindArg;
 use super::EngineArgs;
 use clap::Args;
+use std::path::PathBuf;
 use std::time::Duration;
 use weft::bench::bmg::{run as run_bench, tree_of, BmgBenchConfig};
 
 /// `weft bench bmg` arguments.
 #[derive(Args, Debug)]
 pub struct BenchBmgArgs {
-    /// Launch tree shape: binomial (N a power of two) or binary (N = 2^k - 1).
+    /// Launch tree shape: binomial (N a power of two), binary (N = 2^k - 1) or random (any N).
     #[arg(long, value_enum, default_value = "binomial")]
     tree: TreeKindArg,
+    /// A random tree's largest number of children per process.
+    #[arg(long, default_value_t = 4)]
+    degree: u32,
+    /// Seed of a random tree (default: fresh, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write real and projected times against N as an SVG plot.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Job sizes, one run each.
     #[arg(long, value_delimiter = ',', default_value = "16,64,256")]
     nodes_list: Vec<u32>,
@@ -30,8 +41,15 @@ pub struct BenchBmgArgs {
 pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     super::checks::within("--period-us", a.period_us, 10..=1_000_000)?;
     super::checks::distinct("--nodes-list", &a.nodes_list)?;
+    super::checks::within("--degree", a.degree, 1..=1024)?;
+    if let Some(p) = &a.plot {
+        super::checks::writable("--plot", p)?;
+    }
+    let seed = a.seed.unwrap_or_else(weft::rng::SimRng::fresh_seed);
     let cfg = BmgBenchConfig {
         tree: a.tree.into(),
+        degree: a.degree,
+        seed,
         period: Duration::from_micros(a.period_us),
         settle: Duration::from_micros(a.period_us * 50).max(Duration::from_millis(50)),
         opts: weft::bench::stabilize::job_options(
@@ -45,9 +63,13 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             (2..=4096).contains(&n),
             "--nodes-list: {n} nodes, must be 2 to 4096"
         );
-        tree_of(cfg.tree, n).map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
+        tree_of(cfg.tree, n, cfg.degree, cfg.seed)
+            .map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
         weft::bench::route::fits_descriptors(n as usize)
             .map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
+    }
+    if a.seed.is_none() && cfg.tree == weft::sim::tree::TreeKind::Random && !a.json {
+        eprintln!("seed {seed}");
     }
     if !a.json {
         say!(
@@ -64,6 +86,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "converged"
         );
     }
+    let mut rows = Vec::new();
     for &n in &a.nodes_list {
         let r = run_bench(n, &cfg)?;
         if a.json {
@@ -88,6 +111,20 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "{n} nodes: {} processes ended with wrong neighbors",
             r.wrong
         );
+        rows.push(r);
+    }
+    if let Some(path) = &a.plot {
+        let x = |r: &weft::bench::bmg::BmgBenchRow| f64::from(r.nodes);
+        log_x_svg(
+            path,
+            &format!("BMG construction, {} launch tree", cfg.tree),
+            "processes",
+            "ms",
+            &[
+                Series::of("real nodes", &rows, x, |r| r.real_ms),
+                Series::of("simulator, measured costs", &rows, x, |r| r.sim_ms),
+            ],
+        )?;
     }
     Ok(())
 }

@@ -153,6 +153,29 @@ impl Tree {
         })
     }
 
+    /// A random tree of exactly `n` processes, as a launcher might start them: breadth first,
+    /// each process gets `1..=degree` children until `n` are placed.
+    pub fn random_sized(n: u32, degree: u32, rng: &mut SimRng) -> Result<Tree, TreeError> {
+        if degree == 0 {
+            return Err(TreeError::Degree);
+        }
+        let mut placed = 1u64;
+        let n = u64::from(n.max(1));
+        Self::from_bfs(
+            |_, _| {
+                let k = rng.range(1, u64::from(degree)).min(n - placed);
+                placed += k;
+                k as u32
+            },
+            n,
+        )
+        .ok_or(TreeError::TooLarge {
+            kind: TreeKind::Random,
+            depth: 0,
+            limit: n,
+        })
+    }
+
     /// Number of processes.
     pub fn len(&self) -> usize {
         self.parent.len()
@@ -215,6 +238,26 @@ mod tests {
         assert_eq!(Tree::binomial(5, u64::MAX).unwrap().depth(), 5);
         assert_eq!(Tree::binary(6, u64::MAX).unwrap().depth(), 6);
         assert!(Tree::binary(30, 1000).is_err());
+    }
+
+    #[test]
+    fn a_sized_random_tree_has_its_size_and_bounded_degree() {
+        for (n, degree, seed) in [(1, 3, 1), (2, 1, 2), (100, 3, 3), (1000, 8, 4)] {
+            let t = Tree::random_sized(n, degree, &mut SimRng::new(seed)).unwrap();
+            assert_eq!(t.len(), n as usize);
+            assert!((0..n).all(|p| t.children(p).len() <= degree as usize));
+            assert_eq!(t.preorder().len(), n as usize, "every process reached");
+        }
+        let a = Tree::random_sized(200, 4, &mut SimRng::new(9)).unwrap();
+        let b = Tree::random_sized(200, 4, &mut SimRng::new(10)).unwrap();
+        assert!(
+            (1..200).any(|p| a.parent(p) != b.parent(p)),
+            "the seed matters"
+        );
+        assert_eq!(
+            Tree::random_sized(5, 0, &mut SimRng::new(1)).err(),
+            Some(TreeError::Degree)
+        );
     }
 
     #[test]
