@@ -273,13 +273,13 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
 pub fn fits_descriptors(n: usize) -> Result<(), BenchError> {
     let fingers = bmg::neighbors(Rank(0), n as u32).len();
     let need = n * (fingers + 1) + 64;
-    let limit =
-        crate::engine::raise_descriptor_limit().map_err(crate::engine::EngineError::from)?;
+    let limit = crate::engine::raise_descriptor_limit_for(need as u64)
+        .map_err(crate::engine::EngineError::from)?;
     if need as u64 > limit {
         return Err(BenchError::Config(format!(
             "{n} in-process nodes with {fingers} BMG neighbors each need about {need} open \
-             descriptors; this process may open {limit} (the hard limit of `ulimit -n`): run \
-             fewer nodes or raise the limit"
+             descriptors; this process may open {limit} (the hard limit of `ulimit -n`, which \
+             only root may raise past): run fewer nodes, raise the limit, or run as root"
         )));
     }
     Ok(())

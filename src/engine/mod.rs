@@ -206,6 +206,31 @@ pub fn raise_descriptor_limit() -> std::io::Result<u64> {
     Ok(want)
 }
 
+/// [`raise_descriptor_limit`], and when `need` descriptors are more than the hard limit,
+/// the hard limit raised to `need` too (at most `fs.nr_open`), which a process with
+/// `CAP_SYS_RESOURCE` (root) may do; returns the soft limit now in force, below `need` when
+/// the kernel refused.
+pub fn raise_descriptor_limit_for(need: u64) -> std::io::Result<u64> {
+    let now = raise_descriptor_limit()?;
+    if now >= need {
+        return Ok(now);
+    }
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(need);
+    let want = need.min(ceiling);
+    let lim = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
+    // SAFETY: setrlimit only reads the struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Ok(now); // EPERM without CAP_SYS_RESOURCE: the caller says what is missing
+    }
+    Ok(want)
+}
+
 /// User plus system CPU time of this process so far (every reactor thread included): what a
 /// benchmark charges to the work between two readings.
 pub fn process_cpu() -> Duration {
@@ -315,6 +340,18 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_limit_is_raised_to_the_need_where_the_kernel_lets_it() {
+        let soft = raise_descriptor_limit().unwrap();
+        assert!(soft >= 1024, "soft limit raised to the hard one: {soft}");
+        assert_eq!(raise_descriptor_limit_for(16).unwrap(), soft, "already enough");
+        // Past the hard limit: raised with CAP_SYS_RESOURCE, else unchanged (and the caller
+        // names the limit). Either way never lowered.
+        let need = soft + 100;
+        let now = raise_descriptor_limit_for(need).unwrap();
+        assert!(now == need || now == soft, "{now}");
+    }
 
     #[test]
     fn steal_is_the_eighth_number_of_the_cpu_line() {
