@@ -345,7 +345,11 @@ mod tests {
     fn a_descriptor_limit_is_raised_to_the_need_where_the_kernel_lets_it() {
         let soft = raise_descriptor_limit().unwrap();
         assert!(soft >= 1024, "soft limit raised to the hard one: {soft}");
-        assert_eq!(raise_descriptor_limit_for(16).unwrap(), soft, "already enough");
+        assert_eq!(
+            raise_descriptor_limit_for(16).unwrap(),
+            soft,
+            "already enough"
+        );
         // Past the hard limit: raised with CAP_SYS_RESOURCE, else unchanged (and the caller
         // names the limit). Either way never lowered.
         let need = soft + 100;
