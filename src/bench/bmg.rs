@@ -52,10 +52,16 @@ pub struct BmgBenchRow {
     pub depth: u32,
     /// Real: start to the last process going quiet, ms.
     pub real_ms: f64,
-    /// The timed simulator's projection with the measured costs, ms.
+    /// The timed simulator's projection with the measured costs, connections free, ms.
     pub sim_ms: f64,
     /// `real_ms / sim_ms`.
     pub ratio: f64,
+    /// The projection that also charges each new connection [`BmgBenchRow::connect_us`] of
+    /// its sender's CPU, ms: the real run falls between the two (connections are neither
+    /// free nor all CPU; the idle first round trip is partly waiting).
+    pub sim_connect_ms: f64,
+    /// `real_ms / sim_connect_ms`.
+    pub ratio_connect: f64,
     /// Messages of the real run.
     pub msgs: u64,
     /// Messages of the simulated run.
@@ -68,6 +74,9 @@ pub struct BmgBenchRow {
     pub l_us: f64,
     /// Measured CPU per message, µs.
     pub c_us: f64,
+    /// Measured cost of a new connection (dial and handshake) on its first message, µs: the
+    /// projection charges it to the first message between each pair.
+    pub connect_us: f64,
     /// Cores the nodes share (the reactors).
     pub cores: u32,
     /// Spontaneous period, µs.
@@ -175,6 +184,7 @@ fn projected(
     spont: SpontaneousConfig,
     l: Duration,
     c: Duration,
+    connect: Duration,
     cores: u32,
 ) -> (Duration, u64) {
     let mut w = TimedWorld::new(
@@ -187,7 +197,8 @@ fn projected(
             detect: Duration::ZERO,
         },
     )
-    .share_cores(cores);
+    .share_cores(cores)
+    .with_connect(connect);
     w.start();
     let mut last = 0u64;
     while w.step().is_some() {
@@ -200,6 +211,45 @@ fn projected(
     (Duration::from_nanos(last), w.sent)
 }
 
+/// What a new connection adds to its first message, µs: the median over `trials` fresh
+/// pairs of nodes of the first round trip (a dial, the handshake both ways, the ping and its
+/// echo) less the median of the 20 that follow on the same connection.
+pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> {
+    use crate::proto::ping::PingPong;
+    let mut extra = Vec::with_capacity(trials as usize);
+    for _ in 0..trials.max(1) {
+        let c = Cluster::start(2, opts.clone(), |i, ids| {
+            if i == 0 {
+                PingPong::pinger(ids[1], vec![32], 21, 0)
+            } else {
+                PingPong::ponger()
+            }
+        })?;
+        loop {
+            match c.events.recv_timeout(Duration::from_secs(10)) {
+                Ok((_, NodeEvent::Protocol(Event::Done))) => break,
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(BenchError::Timeout(
+                        Duration::from_secs(10),
+                        "a ping on a new connection".into(),
+                    ))
+                }
+            }
+        }
+        let pinger = c.stop_all()?.into_iter().next();
+        let rtts: Vec<u64> =
+            pinger.map_or(Vec::new(), |p| p.samples().iter().map(|s| s.1).collect());
+        if let Some((first, rest)) = rtts.split_first().filter(|(_, r)| !r.is_empty()) {
+            let mut rest = rest.to_vec();
+            rest.sort_unstable();
+            extra.push(first.saturating_sub(rest[rest.len() / 2]) as f64 / 1e3);
+        }
+    }
+    extra.sort_by(f64::total_cmp);
+    Ok(extra.get(extra.len() / 2).copied().unwrap_or(0.0))
+}
+
 /// Run one N.
 pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let tree = tree_of(cfg.tree, n, cfg.degree, cfg.seed)?;
@@ -209,17 +259,24 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         refresh: None,
     };
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
+    let connect_us = connect_cost(&cfg.opts, 15)?;
     let (real_t, msgs, finals, backend) = real(&tree, spont, cfg)?;
     let wrong = wrong_fingers(&tree, &finals);
-    let (sim_t, sim_msgs) = projected(
-        &tree,
-        spont,
-        Duration::from_secs_f64(l_us / 1e6),
-        Duration::from_secs_f64(c_us / 1e6),
-        cores,
-    );
+    let project = |connect_us: f64| {
+        projected(
+            &tree,
+            spont,
+            Duration::from_secs_f64(l_us / 1e6),
+            Duration::from_secs_f64(c_us / 1e6),
+            Duration::from_secs_f64(connect_us / 1e6),
+            cores,
+        )
+    };
+    let (sim_t, sim_msgs) = project(0.0);
+    let (sim_connect_t, _) = project(connect_us);
     let real_ms = real_t.as_secs_f64() * 1e3;
     let sim_ms = sim_t.as_secs_f64() * 1e3;
+    let sim_connect_ms = sim_connect_t.as_secs_f64() * 1e3;
     Ok(BmgBenchRow {
         nodes: n,
         tree: cfg.tree.to_string(),
@@ -227,12 +284,15 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         real_ms,
         sim_ms,
         ratio: real_ms / sim_ms.max(1e-9),
+        sim_connect_ms,
+        ratio_connect: real_ms / sim_connect_ms.max(1e-9),
         msgs,
         sim_msgs,
         converged: wrong == 0,
         wrong,
         l_us,
         c_us,
+        connect_us,
         cores,
         period_us: cfg.period.as_secs_f64() * 1e6,
         backend,

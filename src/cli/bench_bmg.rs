@@ -73,16 +73,19 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9}",
+            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}",
             "nodes",
             "tree",
             "real ms",
             "sim ms",
             "ratio",
+            "+conn ms",
+            "ratio",
             "msgs",
             "sim msgs",
             "L us",
             "c us",
+            "conn us",
             "converged"
         );
     }
@@ -93,16 +96,19 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9}",
+                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9}",
                 r.nodes,
                 r.tree,
                 r.real_ms,
                 r.sim_ms,
                 r.ratio,
+                r.sim_connect_ms,
+                r.ratio_connect,
                 r.msgs,
                 r.sim_msgs,
                 r.l_us,
                 r.c_us,
+                r.connect_us,
                 r.converged
             );
         }
@@ -122,7 +128,10 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "ms",
             &[
                 Series::of("real nodes", &rows, x, |r| r.real_ms),
-                Series::of("simulator, measured costs", &rows, x, |r| r.sim_ms),
+                Series::of("simulator, connections free", &rows, x, |r| r.sim_ms),
+                Series::of("simulator, connections as CPU", &rows, x, |r| {
+                    r.sim_connect_ms
+                }),
             ],
         )?;
     }

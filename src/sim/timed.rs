@@ -183,6 +183,10 @@ pub struct TimedWorld<P: Protocol> {
     /// `Some(k)`: process `i` runs on CPU `i mod k` with others (a reactor per core hosting
     /// many nodes); `None`: every process has a CPU of its own.
     cores: Option<u32>,
+    /// CPU time the first message between two processes costs its sender, ns: the dial and
+    /// the handshake of a connection, both ends' work charged to one (0: connections exist
+    /// from the start).
+    connect: u64,
     /// Per-message faults, their draws and what they did.
     faults: LinkFaults,
     fault_rng: SimRng,
@@ -229,6 +233,7 @@ impl<P: Protocol> TimedWorld<P> {
             }),
             send_hook: None,
             cores: None,
+            connect: 0,
             faults: LinkFaults::NONE,
             fault_rng: SimRng::new(0),
             fault_counts: FaultCounts::default(),
@@ -304,6 +309,14 @@ impl<P: Protocol> TimedWorld<P> {
     /// every process of that CPU.
     pub fn share_cores(mut self, cores: u32) -> Self {
         self.cores = Some(cores.max(1));
+        self
+    }
+
+    /// The first message between two processes costs its sender `connect` of CPU before it
+    /// leaves (the engine dials and handshakes a connection on first use, and the handshake's
+    /// cryptography is CPU on cores the nodes share); later ones, either way, do not.
+    pub fn with_connect(mut self, connect: Duration) -> Self {
+        self.connect = connect.as_nanos() as u64;
         self
     }
 
@@ -514,6 +527,9 @@ impl<P: Protocol> TimedWorld<P> {
                     let at = t + self.cfg.detect.as_nanos() as u64;
                     self.suspect_at(at, i, to);
                     continue;
+                }
+                if !self.links[i as usize].contains(&to) {
+                    t += self.connect;
                 }
                 self.link(i, to);
                 let fate = self
@@ -738,6 +754,37 @@ mod tests {
         assert!(
             shared as f64 > 1.8 * own as f64,
             "own {own} ns, shared {shared} ns"
+        );
+    }
+
+    /// A connection's cost is paid once per pair: a ring of relays ends later by at most one
+    /// connection per link, whatever the laps, and sends the same messages.
+    #[test]
+    fn the_first_message_of_a_pair_pays_for_the_connection() {
+        let n = 4u64;
+        let run = |connect: Duration| {
+            let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, 1, 50)).collect();
+            let cfg = TimedConfig {
+                net: Net::Constant {
+                    l: Duration::from_micros(1),
+                },
+                ocp: Duration::from_nanos(100),
+                send: Duration::ZERO,
+                detect: Duration::ZERO,
+            };
+            let mut w = TimedWorld::new(nodes, cfg).with_connect(connect);
+            w.start();
+            while w.step().is_some() {}
+            (w.now(), w.sent)
+        };
+        let c = 1_000_000u64;
+        let ((plain, sent), (connected, sent_c)) =
+            (run(Duration::ZERO), run(Duration::from_nanos(c)));
+        assert_eq!(sent, sent_c);
+        let extra = connected - plain;
+        assert!(
+            extra >= c && extra <= n * c,
+            "{extra} ns more for {n} links"
         );
     }
 
