@@ -948,6 +948,12 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         r["depth"].as_u64().unwrap() >= 4,
         "50 processes, 3 children at most: {r}"
     );
+    // Connections charged as CPU make the projection longer, never shorter.
+    assert!(r["connect_us"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        r["sim_connect_ms"].as_f64().unwrap() >= r["sim_ms"].as_f64().unwrap(),
+        "{r}"
+    );
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(
         plot.contains("real nodes") && plot.contains("simulator"),
