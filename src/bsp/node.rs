@@ -393,7 +393,7 @@ impl BspNode {
     /// neighborhoods of the live ones (storage caps it at one per other neighborhood).
     fn lambda(&self) -> usize {
         let live = self.live().count();
-        let n_u = crate::storage::placement::n_u(live, self.backtracks).min(live.max(1));
+        let n_u = crate::storage::placement::size_for(live, self.backtracks);
         let alpha = self.cfg.alpha.clamp(0.0, 1.0);
         (2.0 * alpha * self.all.len() as f64 / (n_u + 2) as f64).ceil() as usize
     }

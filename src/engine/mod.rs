@@ -190,10 +190,7 @@ pub fn raise_descriptor_limit() -> std::io::Result<u64> {
     }
     // The kernel refuses a descriptor limit above fs.nr_open, even when the hard one is
     // "unlimited".
-    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(lim.rlim_max);
+    let ceiling = nr_open().unwrap_or(lim.rlim_max);
     let want = lim.rlim_max.min(ceiling);
     if lim.rlim_cur >= want {
         return Ok(lim.rlim_cur);
@@ -206,6 +203,13 @@ pub fn raise_descriptor_limit() -> std::io::Result<u64> {
     Ok(want)
 }
 
+/// The kernel's ceiling on any descriptor limit (`fs.nr_open`), if it says.
+fn nr_open() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+}
+
 /// [`raise_descriptor_limit`], and when `need` descriptors are more than the hard limit,
 /// the hard limit raised to `need` too (at most `fs.nr_open`), which a process with
 /// `CAP_SYS_RESOURCE` (root) may do; returns the soft limit now in force, below `need` when
@@ -215,10 +219,7 @@ pub fn raise_descriptor_limit_for(need: u64) -> std::io::Result<u64> {
     if now >= need {
         return Ok(now);
     }
-    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(need);
+    let ceiling = nr_open().unwrap_or(need);
     let want = need.min(ceiling);
     let lim = libc::rlimit {
         rlim_cur: want,

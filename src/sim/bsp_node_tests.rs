@@ -218,6 +218,15 @@ fn kills_at_one_moment_up_to_what_neighborhoods_tolerate_are_survived() {
     }
 }
 
+/// A neighborhood (chosen by `seed`) of the first checkpoints of `n` processors: the ones a
+/// burst kills so that only a SafeState's replicas hold their states.
+fn first_neighborhood(n: u64, seed: u64) -> Vec<u32> {
+    let all: Vec<NodeId> = (0..n).map(NodeId).collect();
+    let p = crate::storage::Placement::new(crate::storage::Scheme::Ida, &all, seed, 0);
+    let g = &p.groups()[seed as usize % p.groups().len()];
+    g.iter().map(|x| x.0 as u32).collect()
+}
+
 #[test]
 fn a_corrupted_neighborhood_backtracks_to_the_safe_state_and_the_result_holds() {
     // 16 processors, neighborhoods of four: one of them dies whole at one moment, so its
@@ -225,11 +234,9 @@ fn a_corrupted_neighborhood_backtracks_to_the_safe_state_and_the_result_holds() 
     let span = run(&Jacobi, 16, 64, 12, &[], 6).end;
     let mut backtracked = 0;
     for seed in 6..26u64 {
-        let all: Vec<NodeId> = (0..16).map(NodeId).collect();
-        let p = crate::storage::Placement::new(crate::storage::Scheme::Ida, &all, seed, 0);
-        let g = &p.groups()[seed as usize % p.groups().len()];
+        let g = first_neighborhood(16, seed);
         let at = SimRng::new(seed).below(span);
-        let kills: Vec<(u64, u32)> = g.iter().map(|x| (at, x.0 as u32)).collect();
+        let kills: Vec<(u64, u32)> = g.iter().map(|&x| (at, x)).collect();
         let r = run(&Jacobi, 16, 64, 12, &kills, seed);
         assert_eq!(
             r.result,
@@ -313,15 +320,13 @@ fn a_neighborhood_dying_a_little_apart_backtracks_and_keeps_the_result() {
     let span = run_safe(&PrefixSum, n, virt, s, &[], 9, every_third).end;
     let mut backtracked = 0;
     for seed in 0..20u64 {
-        let all: Vec<NodeId> = (0..n).map(NodeId).collect();
-        let p = crate::storage::Placement::new(crate::storage::Scheme::Ida, &all, seed, 0);
-        let g = &p.groups()[seed as usize % p.groups().len()];
+        let g = first_neighborhood(n, seed);
         let mut rng = SimRng::new(seed);
         let (at, gap) = (span / 4 + rng.below(span / 2), 1 + rng.below(span / 40));
         let kills: Vec<(u64, u32)> = g
             .iter()
             .enumerate()
-            .map(|(i, x)| (at + i as u64 * gap, x.0 as u32))
+            .map(|(i, &x)| (at + i as u64 * gap, x))
             .collect();
         let r = run_safe(&PrefixSum, n, virt, s, &kills, seed, every_third);
         assert_eq!(

@@ -30,6 +30,12 @@ pub fn n_u(n: usize, u: u32) -> usize {
     n_0(n).saturating_mul(1usize.checked_shl(u).unwrap_or(usize::MAX))
 }
 
+/// The neighborhood size of a view of `n` processes after `u` BACKTRACKs: `N_u`, at most
+/// the whole view.
+pub fn size_for(n: usize, u: u32) -> usize {
+    n_u(n, u).min(n.max(1))
+}
+
 /// A stable 64-bit mix (splitmix64's finalizer): the hash `H` of a seed and an id.
 pub fn mix(seed: u64, x: u64) -> u64 {
     let mut z = seed ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -63,7 +69,7 @@ impl Placement {
         let len = sorted.len();
         let (size, groups) = match scheme {
             Scheme::Ida => {
-                let size = n_u(len, backtracks).min(len.max(1));
+                let size = size_for(len, backtracks);
                 // Each BACKTRACK draws a new hash (section 3.5.2), the first one is the seed's.
                 let h = if backtracks == 0 {
                     seed
