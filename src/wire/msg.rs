@@ -176,7 +176,11 @@ mod tests {
     #[test]
     fn every_protocols_messages_round_trip() {
         round_trip(&[
-            MemberMsg::HowAreYou { seq: 7 },
+            MemberMsg::HowAreYou {
+                seq: 7,
+                epoch: 4,
+                root: NodeId(1),
+            },
             MemberMsg::IAmFine { seq: 7 },
             MemberMsg::NodeFailure { failed: NodeId(3) },
             MemberMsg::FailureDetAck { failed: NodeId(3) },

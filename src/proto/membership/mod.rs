@@ -126,6 +126,10 @@ mod wire_form {
         HowAreYou {
             /// Probe number.
             seq: u64,
+            /// The prober's installed epoch.
+            epoch: u64,
+            /// The root of that epoch.
+            root: NodeId,
         },
         /// Answer to a probe.
         IAmFine {
@@ -1184,12 +1188,15 @@ impl Membership {
                     }
                 }
             }
-            MemberMsg::HowAreYou { seq } => {
+            MemberMsg::HowAreYou { seq, epoch, root } => {
                 out.send(from, MemberMsg::IAmFine { seq });
                 // A process this view excluded still probes, or a root of another view
                 // looks for strays: show it the state that excludes it, so it asks to come
-                // back (or finds the split, see `repair`).
-                if self.joining.is_none() && !self.is_live(from) {
+                // back (or finds the split, see `repair`). So too a prober whose root has
+                // come over to this view: it follows its root.
+                if self.joining.is_none()
+                    && (!self.is_live(from) || self.root_came_over(epoch, root))
+                {
                     out.send(from, MemberMsg::Excluded(self.state.clone()));
                 }
             }
@@ -1264,6 +1271,8 @@ impl Membership {
                 p,
                 MemberMsg::HowAreYou {
                     seq: self.probe_seq,
+                    epoch: self.state.epoch,
+                    root: self.state.root,
                 },
             );
         }
@@ -1346,7 +1355,14 @@ impl Protocol for Membership {
         if self.cfg.warm {
             for p in recalc::standby(&self.initial, self.me, self.cfg.radix) {
                 // Sequence 0 is never outstanding, so the answer is ignored.
-                out.send(p, MemberMsg::HowAreYou { seq: 0 });
+                out.send(
+                    p,
+                    MemberMsg::HowAreYou {
+                        seq: 0,
+                        epoch: self.state.epoch,
+                        root: self.state.root,
+                    },
+                );
             }
         }
     }

@@ -83,6 +83,15 @@ impl Membership {
             .is_some_and(|p| r.dead.binary_search(&p).is_err())
     }
 
+    /// Whether a process in the state `(epoch, root)` holds a view whose root has since come
+    /// over to this one: that root is a live member here, not its root, and this epoch is
+    /// numbered past the other (an epoch that admits a process is numbered past every epoch
+    /// it had seen). Nothing will ever change that view again; its members are shown this
+    /// state and follow their root (see `split`).
+    pub(super) fn root_came_over(&self, epoch: u64, root: NodeId) -> bool {
+        root != self.state.root && epoch < self.state.epoch && self.is_live(root)
+    }
+
     /// Once per probe round, for a member: send again what may have been lost, and at the
     /// root, probe one process the view counts dead.
     pub(super) fn repair<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {

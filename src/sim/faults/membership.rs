@@ -299,6 +299,14 @@ mod tests {
             "seed 20379: a split healed under loss into a view without the joiner",
             r#"{"faults":[{"at_us":952,"kind":"crash_root"},{"at_us":1192,"kind":"crash_root"},{"at_us":3121,"for_us":4286,"kind":"partition","sides":[1,0,1,0,1,0,0,0,0,1,1]},{"at_us":8272,"kind":"join","node":10},{"at_us":12446,"kind":"crash_root"},{"at_us":15824,"for_us":7510,"kind":"partition","sides":[0,1,1,1,0,1,0,0,1,0,1]}],"net":{"dup":0.014,"loss":0.0485,"reorder":0.0,"tail":0.006300000000000001,"tail_max_us":791},"nodes":10,"protocol":"membership","radix":4,"rebalance":true,"seed":20379,"spare":1,"tree_depth":0}"#,
         ),
+        (
+            "seed 29677: a RootDead held up 1.7 ms from a root that had since followed the lower root took a member back into the view that root left",
+            r#"{"collect":false,"faults":[{"at_us":3283,"for_us":5077,"kind":"partition","sides":[0,1,0,1,1,1,0,1,1]},{"at_us":5470,"kind":"join","node":7},{"at_us":6915,"for_us":2124,"kind":"partition","sides":[0,1,0,0,0,1,0,0,0]},{"at_us":19582,"for_us":3034,"kind":"partition","sides":[0,0,0,0,1,0,1,0,1]}],"net":{"dup":0.018699999999999998,"loss":0.01675,"reorder":0.071,"tail":0.0,"tail_max_us":1921},"nodes":7,"protocol":"membership","radix":2,"rebalance":true,"seed":29677,"spare":2,"tree_depth":0}"#,
+        ),
+        (
+            "seed 66872: two hangs and long tails; an older state whose root is a live member of this one was the right one to take",
+            r#"{"collect":true,"faults":[{"at_us":10079,"for_us":2244,"kind":"hang","node":4},{"at_us":14198,"for_us":1490,"kind":"hang","node":0}],"net":{"dup":0,"loss":0,"reorder":0,"tail":0.02575,"tail_max_us":1727},"nodes":6,"protocol":"membership","radix":2,"rebalance":true,"seed":66872,"spare":0,"tree_depth":0}"#,
+        ),
     ];
 
     #[test]
