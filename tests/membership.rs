@@ -229,63 +229,80 @@ fn a_new_node_joins_over_real_sockets() {
 #[test]
 fn a_killed_node_recovers_with_its_old_id() {
     for backend in [Backend::Poll, Backend::Uring] {
-        let n = 10;
-        let key = JobKey::generate().unwrap();
-        let opts = NodeOptions {
-            key: Some(key.clone()),
-            ..config(n, Fail::Leaf, TreeMode::Patch, backend).opts
-        };
-        let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
-        let mut c = Cluster::start(n as usize, opts.clone(), move |i, ids| {
-            Membership::new(ids[i], ids.to_vec(), member_cfg())
-        })
-        .unwrap();
-        let victim = NodeId(7);
-        let survivors: Vec<NodeId> = ids.iter().copied().filter(|&i| i != victim).collect();
-        // Let the first probe round connect the tree, then kill the victim for real.
-        std::thread::sleep(Duration::from_millis(200));
-        c.nodes[victim.0 as usize].stop().unwrap();
-        wait_for(&c.events, |_, e| {
-            matches!(e, MemberEvent::Stabilized { .. })
-        });
-        // It comes back on a new port; the others learn the address, as from a launcher.
-        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        for node in c.nodes.iter().filter(|h| h.id != victim) {
-            node.add_peer(victim, addr);
-        }
-        let peers: HashMap<NodeId, SocketAddr> = c
-            .nodes
-            .iter()
-            .filter(|h| h.id != victim)
-            .map(|h| (h.id, h.addr))
-            .collect();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spec = NodeSpec {
-            id: victim,
-            listener,
-            peers,
-            key,
-            core: None,
-        };
-        let back = Membership::recovering(
-            victim,
-            ids.clone(),
-            member_cfg(),
-            Duration::from_millis(100),
-        );
-        let mut h = spawn(spec, &opts, back, tx).unwrap();
-        wait_for(&rx, |_, e| matches!(e, MemberEvent::Joined { .. }));
-        let mut installed = std::collections::HashSet::new();
-        wait_for(&c.events, |who, e| {
-            if let MemberEvent::ViewChanged { view, .. } = e {
-                if view[..] == ids[..] {
-                    installed.insert(who);
-                }
+        recovers(NodeId(7), TreeMode::Patch, backend);
+    }
+}
+
+/// ICS'06's rule, `TreeMode::Lowest`: the root dies, the next id takes over, and when the old
+/// root comes back with its id every process (itself included) agrees it is the root again.
+#[test]
+fn a_recovered_root_takes_the_root_back_in_lowest_mode() {
+    for backend in [Backend::Poll, Backend::Uring] {
+        recovers(NodeId(0), TreeMode::Lowest, backend);
+    }
+}
+
+/// Kill `victim` for real, let the others stabilize, start it again with its old id, and
+/// wait until every process holds the whole view; in `TreeMode::Lowest` with root n0.
+fn recovers(victim: NodeId, mode: TreeMode, backend: Backend) {
+    let n = 10;
+    let key = JobKey::generate().unwrap();
+    let opts = NodeOptions {
+        key: Some(key.clone()),
+        ..config(n, Fail::Leaf, mode, backend).opts
+    };
+    let cfg = MembershipConfig {
+        mode,
+        ..member_cfg()
+    };
+    let ids: Vec<NodeId> = (0..n as u64).map(NodeId).collect();
+    let mut c = Cluster::start(n as usize, opts.clone(), move |i, ids| {
+        Membership::new(ids[i], ids.to_vec(), cfg)
+    })
+    .unwrap();
+    let survivors: Vec<NodeId> = ids.iter().copied().filter(|&i| i != victim).collect();
+    // Let the first probe round connect the tree, then kill the victim for real.
+    std::thread::sleep(Duration::from_millis(200));
+    c.nodes[victim.0 as usize].stop().unwrap();
+    wait_for(&c.events, |_, e| {
+        matches!(e, MemberEvent::Stabilized { .. })
+    });
+    // It comes back on a new port; the others learn the address, as from a launcher.
+    let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    for node in c.nodes.iter().filter(|h| h.id != victim) {
+        node.add_peer(victim, addr);
+    }
+    let peers: HashMap<NodeId, SocketAddr> = c
+        .nodes
+        .iter()
+        .filter(|h| h.id != victim)
+        .map(|h| (h.id, h.addr))
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spec = NodeSpec {
+        id: victim,
+        listener,
+        peers,
+        key,
+        core: None,
+    };
+    let back = Membership::recovering(victim, ids.clone(), cfg, Duration::from_millis(100));
+    let mut h = spawn(spec, &opts, back, tx).unwrap();
+    wait_for(&rx, |_, e| matches!(e, MemberEvent::Joined { .. }));
+    let lowest = mode == TreeMode::Lowest;
+    let mut installed = std::collections::HashSet::new();
+    wait_for(&c.events, |who, e| {
+        if let MemberEvent::ViewChanged { view, root, .. } = e {
+            if view[..] == ids[..] && (!lowest || *root == NodeId(0)) {
+                installed.insert(who);
             }
-            installed.len() == survivors.len()
-        });
-        let m = h.stop().unwrap();
-        assert_eq!(m.view(), ids.as_slice(), "the recovered node's own view");
+        }
+        installed.len() == survivors.len()
+    });
+    let m = h.stop().unwrap();
+    assert_eq!(m.view(), ids.as_slice(), "the recovered node's own view");
+    if lowest {
+        assert_eq!(m.root(), NodeId(0), "the recovered node is the root");
     }
 }

@@ -27,6 +27,9 @@ value_enum! {
         Patch,
         /// Recompute the balanced radix tree over the live view.
         Rebalance,
+        /// Rebalance over the view sorted by id: the lowest live id is always the root, a
+        /// recovered process with a lower id takes the root back (ICS'06).
+        Lowest,
     }
 }
 

@@ -31,7 +31,9 @@
 //!   of it ([`Regroup`]). Failures apply in list order, so every process computes the same
 //!   tree whatever order it heard of them in, and one that missed an epoch catches up. A
 //!   recovered process is a new position at the end of the list under its old id, as the paper
-//!   adds it at the bottom like a new node.
+//!   adds it at the bottom like a new node. ICS'06's root is the lowest live id, so a recovered
+//!   process below the root becomes root again; `TreeMode::Lowest` does that (the admitting
+//!   root hands it the epoch), the other modes keep the root that took over.
 //! - `TreeMode::Rebalance` recomputes the balanced radix tree over the live view instead of
 //!   patching, so trees do not degrade after many failures. (Process Order's *lazy update* is
 //!   the opposite trade: patch now, recompute only when the log is cleared.)
@@ -79,6 +81,15 @@ pub enum TreeMode {
     Patch,
     /// Recompute the balanced radix tree over the live view.
     Rebalance,
+    /// Recompute the balanced radix tree over the live view sorted by id, so that the root is
+    /// always the lowest live id (ICS'06 section 3.1: "the node with lowest ID is the root").
+    /// A recovered process with an id below the root's takes the root back: the root that
+    /// admits it hands it the epoch that admits it, and the recovered process sends that
+    /// epoch down and collects its acknowledgments (section 3.7: "if the joiner happens to be
+    /// the new root, every node agrees on this during the tree recalculation phase"). With
+    /// `Rebalance`, a recovered process goes to the end of the order and never becomes root
+    /// again.
+    Lowest,
 }
 
 /// Timer of the probe rounds.
@@ -401,6 +412,7 @@ impl MembershipConfig {
         let mode = match self.mode {
             TreeMode::Patch => "patch",
             TreeMode::Rebalance => "rebalance",
+            TreeMode::Lowest => "lowest",
         };
         let beats = self
             .heartbeat
@@ -500,6 +512,10 @@ pub struct Membership {
     waiting: BTreeSet<NodeId>,
     /// At the root: processes admitted in this epoch, welcomed once it is stable.
     welcome: BTreeSet<NodeId>,
+    /// This process admitted the installed epoch's root and handed it the epoch
+    /// ([`TreeMode::Lowest`]): the hand-over is sent again every probe round until the epoch
+    /// comes back down from that root.
+    handed: bool,
     /// At the root, while a batching window is open: whether the root changed.
     batching: Option<bool>,
     /// At the root, with [`MembershipConfig::collect`]: failures wait for the epoch on its
@@ -575,6 +591,7 @@ impl Membership {
             joining_epoch: false,
             waiting: BTreeSet::new(),
             welcome: BTreeSet::new(),
+            handed: false,
             batching: None,
             collecting: false,
             joining: None,
@@ -702,8 +719,13 @@ impl Membership {
         if self
             .position(r.root)
             .is_some_and(|p| self.dead.contains(&p))
+            && (self.cfg.mode != TreeMode::Lowest
+                || self.position_in(r, r.root) == self.position(r.root))
         {
-            return false; // from a root this state already replaced
+            // From a root this state already replaced. With `TreeMode::Lowest` only the same
+            // incarnation: a recovered process below the root is the root of the epoch that
+            // admits it.
+            return false;
         }
         if (r.epoch, r.root) > (self.state.epoch, self.state.root) {
             return true;
@@ -713,7 +735,12 @@ impl Membership {
         // incarnation of its root as this state holds: a state its root made before it came
         // over from another view (a split healing, duplicated or delayed) says this root is
         // dead because that view never held it.
-        self.dead_in(r, self.state.root) && self.position_in(r, r.root) == self.position(r.root)
+        // And only if it knows the incarnation of this root that this state holds: one that
+        // predates it (a root that came back, `TreeMode::Lowest`) cannot have replaced it.
+        let root = self.state.root;
+        self.dead_in(r, root)
+            && self.position_in(r, root) == self.position(root)
+            && self.position_in(r, r.root) == self.position(r.root)
     }
 
     /// This process's neighbors in the installed state, computed locally (section 3.4; see
@@ -726,6 +753,10 @@ impl Membership {
                 let rank = p - self.dead.range(..p).count() as u32;
                 recalc::rebalanced_at(&self.order, rank, a)
             }
+            TreeMode::Lowest => {
+                let rank = self.view.binary_search(&self.me).ok()? as u32;
+                recalc::rebalanced_at(&self.view, rank, a)
+            }
             TreeMode::Patch => recalc::patched_at(&self.list, &self.dead, p, a),
         });
         nb.unwrap_or(Neighbors {
@@ -735,9 +766,18 @@ impl Membership {
         })
     }
 
-    /// The root of the installed state: the first live process of the list.
+    /// The root of the installed state: the first live process of the tree's order.
     fn root_of_state(&self) -> NodeId {
-        self.order.first().copied().unwrap_or(self.me)
+        self.tree_order().first().copied().unwrap_or(self.me)
+    }
+
+    /// The live processes in the order the tree is laid over (and roots succeed each other
+    /// in): the list's, or by id with [`TreeMode::Lowest`].
+    fn tree_order(&self) -> &[NodeId] {
+        match self.cfg.mode {
+            TreeMode::Lowest => &self.view,
+            TreeMode::Patch | TreeMode::Rebalance => &self.order,
+        }
     }
 
     /// Set the installed state (list, view, tree) without sending anything.
@@ -763,6 +803,7 @@ impl Membership {
         };
         (self.list, self.order, self.view) = (list, order, view);
         self.state = state;
+        self.handed = false;
         self.nb = self.neighbors_in_state();
         self.state.root = self.nb.root;
         // A suspect that came back (a new incarnation) is no longer suspected.
@@ -963,11 +1004,20 @@ impl Membership {
         }
         self.welcome.insert(id);
         self.install(next, MemberMsg::NewNodeJoin, true, out);
+        if self.state.root == id {
+            // `TreeMode::Lowest`, and its id is below this root's: it is the new epoch's root.
+            // Handed the epoch with its welcome, it sends it down and collects the acks; this
+            // process is a member of it already.
+            self.welcome.remove(&id);
+            self.handed = true;
+            out.send(id, MemberMsg::JoinDetAck(self.state.clone()));
+        }
     }
 
-    /// The live process after `d` in list order that this process believes alive.
+    /// The first live process of the tree's order, `d` aside, that this process believes
+    /// alive.
     fn next_live(&self, d: NodeId) -> Option<NodeId> {
-        self.order
+        self.tree_order()
             .iter()
             .copied()
             .find(|&id| id != d && !self.suspected.contains_key(&id))
@@ -1145,6 +1195,11 @@ impl Membership {
                 if i_am_root {
                     self.root_admits(id, epoch, out);
                 } else if self.joining.is_some() {
+                } else if self.nb.root == id && epoch > 0 && epoch < self.state.epoch {
+                    // A request the root made before this state (duplicated or late: it
+                    // asked as a recovered process and was handed the root, see
+                    // `TreeMode::Lowest`). A restarted root asks knowing no epoch (0); one
+                    // that left its view for another knows this state's epoch at least.
                 } else if self.nb.root == id {
                     // The root itself restarted without its state (or left its view for a
                     // root that had died): its old incarnation is gone, which is a root
@@ -1159,11 +1214,27 @@ impl Membership {
                     out.send(self.nb.root, MemberMsg::NewNode { id, epoch });
                 }
             }
+            MemberMsg::JoinDetAck(mut r) if self.joining.is_none() => {
+                // Handed the root while a member already (a request of its, duplicated or
+                // late, made the root take it for restarted and admit it again), or after it
+                // gave up asking and made a view of its own, which may bear the same name
+                // (epoch and root): then it numbers the handed state past its own.
+                let collides = (r.epoch, r.root) == (self.state.epoch, self.state.root)
+                    && (&r.dead, &r.appended) != (&self.state.dead, &self.state.appended);
+                if r.root == self.me && (collides || self.supersedes(&r)) {
+                    if collides {
+                        r.epoch = self.seen_epoch.max(self.state.epoch) + 1;
+                    }
+                    self.take_handed(from, r, out);
+                }
+            }
             MemberMsg::JoinDetAck(r) => {
                 let current = self.joining.is_some_and(|j| r.epoch >= j.since);
                 if current && self.joining.take().is_some() {
                     out.cancel_timer(JOIN_TIMER);
-                    if self.supersedes(&r) {
+                    if self.supersedes(&r) && r.root == self.me {
+                        self.take_handed(from, r, out);
+                    } else if self.supersedes(&r) {
                         self.seen_epoch = self.seen_epoch.max(r.epoch);
                         self.adopt(r);
                         out.report(Event::Member(MemberEvent::ViewChanged {
@@ -1192,10 +1263,11 @@ impl Membership {
                 out.send(from, MemberMsg::IAmFine { seq });
                 // A process this view excluded still probes, or a root of another view
                 // looks for strays: show it the state that excludes it, so it asks to come
-                // back (or finds the split, see `repair`). So too a prober whose root has
-                // come over to this view: it follows its root.
+                // back (or finds the split, see `repair`). So too a prober behind this
+                // state: one whose root has come over to this view follows its root, one
+                // that missed epochs of this view catches up.
                 if self.joining.is_none()
-                    && (!self.is_live(from) || self.root_came_over(epoch, root))
+                    && (!self.is_live(from) || self.prober_behind(epoch, root))
                 {
                     out.send(from, MemberMsg::Excluded(self.state.clone()));
                 }
@@ -1208,6 +1280,26 @@ impl Membership {
                     self.outstanding.remove(&from);
                 }
             }
+        }
+    }
+
+    /// Handed the root of `r` by `from`, the root that admitted this process
+    /// ([`TreeMode::Lowest`]): take the epoch over (send it down, collect the acks). `from`
+    /// was alive a moment ago, whatever this process suspected of it before; any other
+    /// suspect that `r` counts alive is a failure for this root to handle, as no one else
+    /// will hear of it.
+    fn take_handed<M: From<MemberMsg>>(&mut self, from: NodeId, r: Regroup, out: &mut Outbox<M>) {
+        self.suspected.remove(&from);
+        self.reported.remove(&from);
+        self.install(r, MemberMsg::NewNodeJoin, true, out);
+        let stale: Vec<NodeId> = self
+            .suspected
+            .keys()
+            .copied()
+            .filter(|&s| self.is_live(s))
+            .collect();
+        for s in stale {
+            self.root_handles(s, false, out);
         }
     }
 

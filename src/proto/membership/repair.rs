@@ -10,6 +10,8 @@
 //! - a failure report the root did not acknowledge (`FailureDetAck`) is sent again while the
 //!   installed epoch still counts the suspect alive;
 //! - a `RootFailure` is sent again to the chosen successor until an epoch comes;
+//! - with `TreeMode::Lowest`, the epoch a root handed to the lower process it admitted is
+//!   sent to it again until it comes back down from that process;
 //! - a member whose view still counts alive, [`STALE_ROUNDS`] rounds on, a process it suspects
 //!   (its report reached a root that left, or all its tree neighbors are gone and nothing will
 //!   ever reach it) asks to come back in, as an excluded process does.
@@ -83,13 +85,19 @@ impl Membership {
             .is_some_and(|p| r.dead.binary_search(&p).is_err())
     }
 
-    /// Whether a process in the state `(epoch, root)` holds a view whose root has since come
-    /// over to this one: that root is a live member here, not its root, and this epoch is
-    /// numbered past the other (an epoch that admits a process is numbered past every epoch
-    /// it had seen). Nothing will ever change that view again; its members are shown this
-    /// state and follow their root (see `split`).
-    pub(super) fn root_came_over(&self, epoch: u64, root: NodeId) -> bool {
-        root != self.state.root && epoch < self.state.epoch && self.is_live(root)
+    /// Whether a process in the state `(epoch, root)` is behind this one: it missed later
+    /// epochs of this view, or it holds a view whose root has since come over to this one.
+    /// The latter: that root is a live member here, not its root, and this epoch is numbered
+    /// past the other (an epoch that admits a process is numbered past every epoch it had
+    /// seen) or is the same number (two roots numbered their epochs alike, and the other root
+    /// came over without a new epoch: it was already a member here). Nothing will ever
+    /// change that view again; its members are shown this state and follow their root or, on
+    /// a tie, the lower root (see `split`).
+    pub(super) fn prober_behind(&self, epoch: u64, root: NodeId) -> bool {
+        if root == self.state.root {
+            return epoch < self.state.epoch;
+        }
+        epoch <= self.state.epoch && self.is_live(root)
     }
 
     /// Once per probe round, for a member: send again what may have been lost, and at the
@@ -128,6 +136,9 @@ impl Membership {
                     },
                 );
             }
+        }
+        if self.handed {
+            out.send(root, MemberMsg::JoinDetAck(self.state.clone()));
         }
         if root == self.me {
             self.probe_stray(out);
@@ -173,6 +184,8 @@ impl Membership {
         }
         if (r.epoch, r.root) == (self.state.epoch, self.state.root) {
             if self.nb.parent == Some(from) {
+                // Come down from the root: a hand-over to it arrived.
+                self.handed = false;
                 self.maybe_ack(out);
             }
             return;

@@ -143,6 +143,10 @@ pub struct Schedule {
     /// it (membership, [`crate::proto::membership::MembershipConfig::collect`]).
     #[serde(default)]
     pub collect: bool,
+    /// With `rebalance`: the tree over the view sorted by id, the lowest live id its root
+    /// ([`crate::proto::membership::TreeMode::Lowest`]; membership).
+    #[serde(default)]
+    pub lowest: bool,
     /// The network's fault rates, until the last fault.
     pub net: LinkFaults,
     /// The faults, by time.
@@ -490,6 +494,7 @@ pub fn draw(protocol: FaultProtocol, seed: u64, max_nodes: u32) -> Schedule {
     faults.sort_by_key(Fault::at_us);
     // Drawn last, so that a seed's other draws are what they were before it existed.
     let collect = crashes && rng.chance(0.5);
+    let lowest = crashes && rebalance && rng.chance(0.5);
     Schedule {
         protocol,
         seed,
@@ -499,6 +504,7 @@ pub fn draw(protocol: FaultProtocol, seed: u64, max_nodes: u32) -> Schedule {
         tree_depth,
         rebalance,
         collect,
+        lowest,
         net,
         faults,
     }
