@@ -62,6 +62,16 @@ pub struct BmgBenchRow {
     pub sim_connect_ms: f64,
     /// `real_ms / sim_connect_ms`.
     pub ratio_connect: f64,
+    /// The projection that splits each new connection into its CPU
+    /// ([`BmgBenchRow::connect_cpu_us`], charged to its sender) and the rest of
+    /// [`BmgBenchRow::connect_us`] as a wait on the wire (the dial's and the handshake's round
+    /// trips, during which the sender works on), ms.
+    pub sim_split_ms: f64,
+    /// `real_ms / sim_split_ms`.
+    pub ratio_split: f64,
+    /// Messages of the split projection (a process fires its rules again while its first
+    /// messages wait for their connections, as a real one does).
+    pub sim_split_msgs: u64,
     /// Messages of the real run.
     pub msgs: u64,
     /// Messages of the simulated run.
@@ -77,6 +87,8 @@ pub struct BmgBenchRow {
     /// Measured cost of a new connection (dial and handshake) on its first message, µs: the
     /// projection charges it to the first message between each pair.
     pub connect_us: f64,
+    /// Measured CPU of a new connection, both ends, µs ([`connect_cpu`]).
+    pub connect_cpu_us: f64,
     /// Cores the nodes share (the reactors).
     pub cores: u32,
     /// Spontaneous period, µs.
@@ -184,7 +196,7 @@ fn projected(
     spont: SpontaneousConfig,
     l: Duration,
     c: Duration,
-    connect: Duration,
+    (connect, wait): (Duration, Duration),
     cores: u32,
 ) -> (Duration, u64) {
     let mut w = TimedWorld::new(
@@ -198,7 +210,8 @@ fn projected(
         },
     )
     .share_cores(cores)
-    .with_connect(connect);
+    .with_connect(connect)
+    .with_connect_wait(wait);
     w.start();
     let mut last = 0u64;
     while w.step().is_some() {
@@ -211,32 +224,67 @@ fn projected(
     (Duration::from_nanos(last), w.sent)
 }
 
+/// One process pings `peers` fresh processes `iters` rounds (each round all of them at once,
+/// on connections the first round opens); returns the job once the pinger is done, and the
+/// process's CPU from the start of the pings to then.
+fn pinged(
+    opts: &NodeOptions,
+    peers: usize,
+    iters: u64,
+) -> Result<(Cluster<crate::proto::ping::PingPong>, Duration), BenchError> {
+    use crate::engine::process_cpu;
+    use crate::proto::ping::PingPong;
+    let c = Cluster::start(peers + 1, opts.clone(), move |i, ids| {
+        if i == 0 {
+            PingPong::fan_out(ids[1..].to_vec(), vec![32], iters, 0)
+        } else {
+            PingPong::ponger()
+        }
+    })?;
+    let before = process_cpu();
+    loop {
+        match c.events.recv_timeout(Duration::from_secs(10)) {
+            Ok((_, NodeEvent::Protocol(Event::Done))) => break,
+            Ok(_) => {}
+            Err(_) => {
+                return Err(BenchError::Timeout(
+                    Duration::from_secs(10),
+                    "pings on new connections".into(),
+                ))
+            }
+        }
+    }
+    let spent = process_cpu().saturating_sub(before);
+    Ok((c, spent))
+}
+
+/// The CPU a new connection costs, both ends together, µs: one process pings `peers` fresh
+/// processes at once (a dial and a handshake each, then the ping and its echo), and the
+/// process's CPU over that round, less the ping's own two messages at `c_us` each, is shared
+/// out per connection. The median of `trials` such rounds.
+pub fn connect_cpu(
+    opts: &NodeOptions,
+    peers: usize,
+    c_us: f64,
+    trials: u32,
+) -> Result<f64, BenchError> {
+    let mut per = Vec::with_capacity(trials as usize);
+    for _ in 0..trials.max(1) {
+        let (c, spent) = pinged(opts, peers, 1)?;
+        c.stop_all()?;
+        per.push((spent.as_secs_f64() * 1e6 / peers as f64 - 2.0 * c_us).max(0.0));
+    }
+    per.sort_by(f64::total_cmp);
+    Ok(per[per.len() / 2])
+}
+
 /// What a new connection adds to its first message, µs: the median over `trials` fresh
 /// pairs of nodes of the first round trip (a dial, the handshake both ways, the ping and its
 /// echo) less the median of the 20 that follow on the same connection.
 pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> {
-    use crate::proto::ping::PingPong;
     let mut extra = Vec::with_capacity(trials as usize);
     for _ in 0..trials.max(1) {
-        let c = Cluster::start(2, opts.clone(), |i, ids| {
-            if i == 0 {
-                PingPong::pinger(ids[1], vec![32], 21, 0)
-            } else {
-                PingPong::ponger()
-            }
-        })?;
-        loop {
-            match c.events.recv_timeout(Duration::from_secs(10)) {
-                Ok((_, NodeEvent::Protocol(Event::Done))) => break,
-                Ok(_) => {}
-                Err(_) => {
-                    return Err(BenchError::Timeout(
-                        Duration::from_secs(10),
-                        "a ping on a new connection".into(),
-                    ))
-                }
-            }
-        }
+        let (c, _) = pinged(opts, 1, 21)?;
         let pinger = c.stop_all()?.into_iter().next();
         let rtts: Vec<u64> =
             pinger.map_or(Vec::new(), |p| p.samples().iter().map(|s| s.1).collect());
@@ -260,23 +308,27 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     };
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
     let connect_us = connect_cost(&cfg.opts, 15)?;
+    let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
     let (real_t, msgs, finals, backend) = real(&tree, spont, cfg)?;
     let wrong = wrong_fingers(&tree, &finals);
-    let project = |connect_us: f64| {
+    let us = |x: f64| Duration::from_secs_f64(x / 1e6);
+    let project = |cpu_us: f64, wait_us: f64| {
         projected(
             &tree,
             spont,
-            Duration::from_secs_f64(l_us / 1e6),
-            Duration::from_secs_f64(c_us / 1e6),
-            Duration::from_secs_f64(connect_us / 1e6),
+            us(l_us),
+            us(c_us),
+            (us(cpu_us), us(wait_us)),
             cores,
         )
     };
-    let (sim_t, sim_msgs) = project(0.0);
-    let (sim_connect_t, _) = project(connect_us);
+    let (sim_t, sim_msgs) = project(0.0, 0.0);
+    let (sim_connect_t, _) = project(connect_us, 0.0);
+    let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, connect_us - connect_cpu_us);
     let real_ms = real_t.as_secs_f64() * 1e3;
     let sim_ms = sim_t.as_secs_f64() * 1e3;
     let sim_connect_ms = sim_connect_t.as_secs_f64() * 1e3;
+    let sim_split_ms = sim_split_t.as_secs_f64() * 1e3;
     Ok(BmgBenchRow {
         nodes: n,
         tree: cfg.tree.to_string(),
@@ -286,6 +338,9 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio: real_ms / sim_ms.max(1e-9),
         sim_connect_ms,
         ratio_connect: real_ms / sim_connect_ms.max(1e-9),
+        sim_split_ms,
+        ratio_split: real_ms / sim_split_ms.max(1e-9),
+        sim_split_msgs,
         msgs,
         sim_msgs,
         converged: wrong == 0,
@@ -293,6 +348,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         l_us,
         c_us,
         connect_us,
+        connect_cpu_us,
         cores,
         period_us: cfg.period.as_secs_f64() * 1e6,
         backend,

@@ -73,7 +73,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}",
+            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9}",
             "nodes",
             "tree",
             "real ms",
@@ -81,11 +81,14 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "ratio",
             "+conn ms",
             "ratio",
+            "split ms",
+            "ratio",
             "msgs",
             "sim msgs",
             "L us",
             "c us",
             "conn us",
+            "cpu us",
             "converged"
         );
     }
@@ -96,7 +99,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9}",
+                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9}",
                 r.nodes,
                 r.tree,
                 r.real_ms,
@@ -104,11 +107,14 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                 r.ratio,
                 r.sim_connect_ms,
                 r.ratio_connect,
+                r.sim_split_ms,
+                r.ratio_split,
                 r.msgs,
                 r.sim_msgs,
                 r.l_us,
                 r.c_us,
                 r.connect_us,
+                r.connect_cpu_us,
                 r.converged
             );
         }
@@ -131,6 +137,9 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                 Series::of("simulator, connections free", &rows, x, |r| r.sim_ms),
                 Series::of("simulator, connections as CPU", &rows, x, |r| {
                     r.sim_connect_ms
+                }),
+                Series::of("simulator, connection CPU + wait", &rows, x, |r| {
+                    r.sim_split_ms
                 }),
             ],
         )?;

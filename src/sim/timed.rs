@@ -187,6 +187,9 @@ pub struct TimedWorld<P: Protocol> {
     /// the handshake of a connection, both ends' work charged to one (0: connections exist
     /// from the start).
     connect: u64,
+    /// Time the first message between two processes waits on the wire besides, ns, its
+    /// sender's CPU free: the round trips of the dial and the handshake.
+    connect_wait: u64,
     /// Per-message faults, their draws and what they did.
     faults: LinkFaults,
     fault_rng: SimRng,
@@ -234,6 +237,7 @@ impl<P: Protocol> TimedWorld<P> {
             send_hook: None,
             cores: None,
             connect: 0,
+            connect_wait: 0,
             faults: LinkFaults::NONE,
             fault_rng: SimRng::new(0),
             fault_counts: FaultCounts::default(),
@@ -317,6 +321,14 @@ impl<P: Protocol> TimedWorld<P> {
     /// cryptography is CPU on cores the nodes share); later ones, either way, do not.
     pub fn with_connect(mut self, connect: Duration) -> Self {
         self.connect = connect.as_nanos() as u64;
+        self
+    }
+
+    /// The first message between two processes also waits `wait` on its way (the dial's and
+    /// the handshake's round trips), while its sender's CPU does other work; the messages
+    /// after it on the pair queue behind it.
+    pub fn with_connect_wait(mut self, wait: Duration) -> Self {
+        self.connect_wait = wait.as_nanos() as u64;
         self
     }
 
@@ -528,8 +540,10 @@ impl<P: Protocol> TimedWorld<P> {
                     self.suspect_at(at, i, to);
                     continue;
                 }
+                let mut dialing = 0;
                 if !self.links[i as usize].contains(&to) {
                     t += self.connect;
+                    dialing = self.connect_wait;
                 }
                 self.link(i, to);
                 let fate = self
@@ -539,7 +553,8 @@ impl<P: Protocol> TimedWorld<P> {
                     continue;
                 }
                 let copy = fate.dup.and_then(|_| self.cloner.map(|c| c(&msg)));
-                let mut arrive = t + self.cfg.net.delay(i, to, &mut self.rng) + fate.extra;
+                let mut arrive =
+                    t + dialing + self.cfg.net.delay(i, to, &mut self.rng) + fate.extra;
                 if !fate.reordered {
                     let last = self.last_arrival.entry((i, to)).or_insert(0);
                     arrive = arrive.max(*last);
@@ -757,12 +772,13 @@ mod tests {
         );
     }
 
-    /// A connection's cost is paid once per pair: a ring of relays ends later by at most one
-    /// connection per link, whatever the laps, and sends the same messages.
+    /// A connection's cost is paid once per pair, as CPU or as a wait: a ring of relays ends
+    /// later by at most one connection per link, whatever the laps, and sends the same
+    /// messages.
     #[test]
     fn the_first_message_of_a_pair_pays_for_the_connection() {
         let n = 4u64;
-        let run = |connect: Duration| {
+        let run = |connect: Duration, wait: Duration| {
             let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, 1, 50)).collect();
             let cfg = TimedConfig {
                 net: Net::Constant {
@@ -772,20 +788,24 @@ mod tests {
                 send: Duration::ZERO,
                 detect: Duration::ZERO,
             };
-            let mut w = TimedWorld::new(nodes, cfg).with_connect(connect);
+            let mut w = TimedWorld::new(nodes, cfg)
+                .with_connect(connect)
+                .with_connect_wait(wait);
             w.start();
             while w.step().is_some() {}
             (w.now(), w.sent)
         };
         let c = 1_000_000u64;
-        let ((plain, sent), (connected, sent_c)) =
-            (run(Duration::ZERO), run(Duration::from_nanos(c)));
-        assert_eq!(sent, sent_c);
-        let extra = connected - plain;
-        assert!(
-            extra >= c && extra <= n * c,
-            "{extra} ns more for {n} links"
-        );
+        let (plain, sent) = run(Duration::ZERO, Duration::ZERO);
+        for (cpu, wait) in [(c, 0), (0, c)] {
+            let (connected, sent_c) = run(Duration::from_nanos(cpu), Duration::from_nanos(wait));
+            assert_eq!(sent, sent_c);
+            let extra = connected - plain;
+            assert!(
+                extra >= c && extra <= n * c,
+                "{extra} ns more for {n} links (cpu {cpu}, wait {wait})"
+            );
+        }
     }
 
     /// A long run reuses the slots of delivered messages: memory follows the messages in
