@@ -1232,9 +1232,10 @@ impl Membership {
                 let current = self.joining.is_some_and(|j| r.epoch >= j.since);
                 if current && self.joining.take().is_some() {
                     out.cancel_timer(JOIN_TIMER);
-                    if self.supersedes(&r) && r.root == self.me {
+                    let newer = self.supersedes(&r);
+                    if newer && r.root == self.me {
                         self.take_handed(from, r, out);
-                    } else if self.supersedes(&r) {
+                    } else if newer {
                         self.seen_epoch = self.seen_epoch.max(r.epoch);
                         self.adopt(r);
                         out.report(Event::Member(MemberEvent::ViewChanged {
