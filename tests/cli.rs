@@ -881,6 +881,110 @@ fn bench_heartbeat_finds_every_stopped_node_process() {
     );
 }
 
+/// `--procs`: one `weft bench bmg-node` process per node, each building the launch tree from
+/// the launcher's arguments (a random tree's seed included: a process with another tree ends
+/// with wrong fingers). The run ends only when no message is in flight (two rounds of
+/// counters agree), so at 256 processes, where a report can wait hundreds of ms for its
+/// process to be scheduled, every finger is still right.
+#[test]
+fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
+    let out = succeed(&[
+        "bench",
+        "bmg",
+        "--procs",
+        "--tree",
+        "random",
+        "--degree",
+        "3",
+        "--seed",
+        "11",
+        "--nodes-list",
+        "40",
+        "--json",
+    ]);
+    let r = one_json(&out);
+    assert_eq!(
+        (r["procs"].clone(), r["nodes"].clone()),
+        (true.into(), 40.into()),
+        "{r}"
+    );
+    assert_eq!(
+        (r["converged"].clone(), r["wrong"].clone()),
+        (true.into(), 0.into()),
+        "{r}"
+    );
+    assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
+    let r = one_json(&succeed(&[
+        "bench",
+        "bmg",
+        "--procs",
+        "--nodes-list",
+        "256",
+        "--json",
+    ]));
+    assert_eq!(
+        (r["converged"].clone(), r["wrong"].clone()),
+        (true.into(), 0.into()),
+        "{r}"
+    );
+}
+
+/// A node process refuses what is not its launcher's exchange, naming what it expected.
+#[test]
+fn a_bmg_node_process_refuses_a_bad_exchange() {
+    use std::io::{BufRead, BufReader, Write};
+    let args = [
+        "bench",
+        "bmg-node",
+        "--id",
+        "0",
+        "--nodes",
+        "4",
+        "--tree",
+        "binomial",
+        "--degree",
+        "1",
+        "--seed",
+        "0",
+        "--period-us",
+        "1000",
+    ];
+    let out = weft(&args);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("WEFT_JOB_KEY"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = "11".repeat(32);
+    let talk = |stdin_text: &str| {
+        let mut child = common::weft_command(&[("WEFT_JOB_KEY", &key)], &args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.contains("listening"), "{first}");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin_text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = talk("1=127.0.0.1:1,2=127.0.0.1:2\n");
+    assert!(err.contains("3"), "a missing peer is named: {err}");
+    let err = talk("1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3\nstart\n");
+    assert!(err.contains("\"go\""), "{err}");
+}
+
 #[test]
 fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
     let out = succeed(&["bench", "bmg", "--nodes-list", "16,64", "--json"]);

@@ -15,7 +15,7 @@ use crate::engine::reactor::NodeEvent;
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::proto::Event;
-use crate::sim::bmg::{overlay_of, wrong_fingers};
+use crate::sim::bmg::{overlay_of, wrong_fingers, Fingers};
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
 use crate::sim::tree::{Tree, TreeKind};
 use crate::transport::{Cluster, NodeOptions};
@@ -39,6 +39,9 @@ pub struct BmgBenchConfig {
     pub opts: NodeOptions,
     /// Longest wait for the construction.
     pub timeout: Duration,
+    /// Run every node as its own process of this `weft` executable (`--procs`), not in
+    /// this process.
+    pub procs: Option<std::path::PathBuf>,
 }
 
 /// One N (a JSON line of `weft bench bmg --json`).
@@ -95,6 +98,9 @@ pub struct BmgBenchRow {
     pub period_us: f64,
     /// What the nodes ran on.
     pub backend: String,
+    /// One OS process per node (`--procs`); the costs are still measured on in-process
+    /// nodes.
+    pub procs: bool,
 }
 
 /// The launch tree of `n` processes: binomial for a power of two, binary for `2^k − 1`, or
@@ -126,13 +132,59 @@ fn overlays(tree: &Tree, spont: SpontaneousConfig) -> Vec<Overlay> {
         .collect()
 }
 
-/// Build the BMG over `tree` on real nodes: (time to the last quiet, messages, final states,
-/// backend).
+/// Which processes are quiet, and when the last of them went quiet.
+pub(crate) struct Settling {
+    quiet: Vec<bool>,
+    count: usize,
+    /// When the last process went quiet, from the start.
+    pub(crate) last: Duration,
+}
+
+impl Settling {
+    pub(crate) fn new(n: usize) -> Self {
+        Self {
+            quiet: vec![false; n],
+            count: 0,
+            last: Duration::ZERO,
+        }
+    }
+
+    /// Process `i` went quiet `at` after the start.
+    pub(crate) fn quiet(&mut self, i: usize, at: Duration) {
+        if !self.quiet[i] {
+            self.quiet[i] = true;
+            self.count += 1;
+        }
+        self.last = self.last.max(at);
+    }
+
+    /// A message woke process `i`.
+    pub(crate) fn woke(&mut self, i: usize) {
+        if self.quiet[i] {
+            self.quiet[i] = false;
+            self.count -= 1;
+        }
+    }
+
+    pub(crate) fn all_quiet(&self) -> bool {
+        self.count == self.quiet.len()
+    }
+
+    pub(crate) fn timed_out(&self, after: Duration) -> BenchError {
+        BenchError::Timeout(
+            after,
+            format!("{} of {} processes quiet", self.count, self.quiet.len()),
+        )
+    }
+}
+
+/// Build the BMG over `tree` on real in-process nodes: (time to the last quiet, messages,
+/// final neighbors, backend).
 fn real(
     tree: &Tree,
     spont: SpontaneousConfig,
     cfg: &BmgBenchConfig,
-) -> Result<(Duration, u64, Vec<Overlay>, String), BenchError> {
+) -> Result<(Duration, u64, Vec<Fingers>, String), BenchError> {
     let n = tree.len();
     let launch = tree.clone();
     let c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
@@ -140,30 +192,18 @@ fn real(
     })?;
     let start = c.epoch;
     let deadline = Instant::now() + cfg.timeout;
-    let mut quiet = vec![false; n];
-    let (mut quiet_count, mut last) = (0usize, Duration::ZERO);
+    let mut settling = Settling::new(n);
     loop {
-        let wait = if quiet_count == n {
+        let wait = if settling.all_quiet() {
             cfg.settle
         } else {
             deadline.saturating_duration_since(Instant::now())
         };
         match c.events.recv_timeout(wait) {
             Ok((id, NodeEvent::Protocol(Event::Quiet))) => {
-                let i = id.0 as usize;
-                if !quiet[i] {
-                    quiet[i] = true;
-                    quiet_count += 1;
-                }
-                last = start.elapsed();
+                settling.quiet(id.0 as usize, start.elapsed());
             }
-            Ok((id, NodeEvent::Protocol(Event::Woke))) => {
-                let i = id.0 as usize;
-                if quiet[i] {
-                    quiet[i] = false;
-                    quiet_count -= 1;
-                }
-            }
+            Ok((id, NodeEvent::Protocol(Event::Woke))) => settling.woke(id.0 as usize),
             Ok((id, NodeEvent::Suspect(p))) => {
                 // The engine says why right after the suspicion.
                 let why = c
@@ -175,19 +215,15 @@ fn real(
                 )));
             }
             Ok(_) => {}
-            Err(_) if quiet_count == n => break,
-            Err(_) => {
-                return Err(BenchError::Timeout(
-                    cfg.timeout,
-                    format!("{quiet_count} of {n} processes quiet"),
-                ))
-            }
+            Err(_) if settling.all_quiet() => break,
+            Err(_) => return Err(settling.timed_out(cfg.timeout)),
         }
     }
     let backend = c.backend_name();
     let finals = c.stop_all()?;
     let msgs = finals.iter().map(Overlay::sent).sum();
-    Ok((last, msgs, finals, backend))
+    let fingers = finals.iter().map(Fingers::of).collect();
+    Ok((settling.last, msgs, fingers, backend))
 }
 
 /// The timed simulator's run of the same tree: (time of the last quiet, messages).
@@ -301,7 +337,9 @@ pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> 
 /// Run one N.
 pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let tree = tree_of(cfg.tree, n, cfg.degree, cfg.seed)?;
-    super::route::fits_descriptors(n as usize)?;
+    if cfg.procs.is_none() {
+        super::route::fits_descriptors(n as usize)?;
+    }
     let spont = SpontaneousConfig {
         period: cfg.period,
         refresh: None,
@@ -309,7 +347,18 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
     let connect_us = connect_cost(&cfg.opts, 15)?;
     let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
-    let (real_t, msgs, finals, backend) = real(&tree, spont, cfg)?;
+    let (real_t, msgs, finals, backend) = match &cfg.procs {
+        None => real(&tree, spont, cfg)?,
+        Some(exe) => super::bmg_procs::real(
+            exe,
+            &tree,
+            (cfg.tree, cfg.degree, cfg.seed),
+            cfg.period,
+            cfg.settle,
+            &cfg.opts,
+            cfg.timeout,
+        )?,
+    };
     let wrong = wrong_fingers(&tree, &finals);
     let us = |x: f64| Duration::from_secs_f64(x / 1e6);
     let project = |cpu_us: f64, wait_us: f64| {
@@ -352,6 +401,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         cores,
         period_us: cfg.period.as_secs_f64() * 1e6,
         backend,
+        procs: cfg.procs.is_some(),
     })
 }
 
@@ -383,6 +433,22 @@ mod tests {
         w.start();
         while w.step().is_some() {}
         assert_eq!(wrong_fingers(&tree, w.nodes()), 0);
+        // What a node process reports survives JSON and is judged the same; one finger off
+        // is one process wrong.
+        let mut reported: Vec<Fingers> = w
+            .nodes()
+            .iter()
+            .map(|o| serde_json::from_str(&serde_json::to_string(&Fingers::of(o)).unwrap()))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(wrong_fingers(&tree, &reported), 0);
+        reported[7].cw[2] = reported[7].cw[3];
+        assert_eq!(wrong_fingers(&tree, &reported), 1);
+        // Nothing in flight once the run ended: every message sent was received, the
+        // balance `--procs` waits for.
+        let sent: u64 = w.nodes().iter().map(Overlay::sent).sum();
+        let received: u64 = w.nodes().iter().map(Overlay::received).sum();
+        assert_eq!((sent, received), (w.sent, w.sent));
     }
 
     /// Sizes that no tree of the kind has are refused, naming the sizes it has.

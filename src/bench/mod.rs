@@ -26,6 +26,7 @@
 
 pub mod bare_wave;
 pub mod bmg;
+pub mod bmg_procs;
 pub mod broadcast;
 pub mod bsp;
 pub mod checkpoint;

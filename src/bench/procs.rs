@@ -25,6 +25,8 @@ pub(crate) struct Job {
     pub(crate) children: Vec<Option<Child>>,
     /// Every process's reports, as `(id, line)`.
     pub(crate) reports: Receiver<(u64, serde_json::Value)>,
+    /// Where each listens, until the peer list is handed out.
+    addrs: HashMap<NodeId, std::net::SocketAddr>,
 }
 
 impl Drop for Job {
@@ -70,15 +72,7 @@ pub(crate) fn start(
     backend: Option<&str>,
     extra: &[String],
 ) -> Result<Job, BenchError> {
-    let key = JobKey::generate().map_err(failed)?;
-    let (tx, rx) = channel();
-    let mut job = Job {
-        children: Vec::new(),
-        reports: rx,
-    };
-    let mut addrs = HashMap::new();
-    for id in 0..cfg.nodes as u64 {
-        let mut cmd = Command::new(exe);
+    let mut job = spawn(exe, cfg.nodes, |id, cmd| {
         cmd.args(["node", "--id", &id.to_string(), "--nodes"])
             .arg(cfg.nodes.to_string())
             .args(["--peers-stdin", "--radix", &cfg.radix.to_string()])
@@ -88,8 +82,32 @@ pub(crate) fn start(
             .args(["--batch-us", &cfg.batch.as_micros().to_string()])
             .args(["--orphan-hold-us", &cfg.orphan_hold.as_micros().to_string()])
             .args(cfg.collect.then_some("--collect"))
-            .args(extra)
-            .env("WEFT_JOB_KEY", key.to_hex())
+            .args(extra);
+    })?;
+    job.hand_out_peers()?;
+    Ok(job)
+}
+
+/// Start `n` copies of `exe`, `args` giving process `id` its arguments, each with the job key
+/// and a pipe on stdin and stdout; read where each listens (its first line), and forward every
+/// later JSON line to [`Job::reports`]. The peer list is not handed out yet
+/// ([`Job::hand_out_peers`]).
+pub(crate) fn spawn(
+    exe: &Path,
+    n: u32,
+    args: impl Fn(u64, &mut Command),
+) -> Result<Job, BenchError> {
+    let key = JobKey::generate().map_err(failed)?;
+    let (tx, rx) = channel();
+    let mut job = Job {
+        children: Vec::new(),
+        reports: rx,
+        addrs: HashMap::new(),
+    };
+    for id in 0..u64::from(n) {
+        let mut cmd = Command::new(exe);
+        args(id, &mut cmd);
+        cmd.env("WEFT_JOB_KEY", key.to_hex())
             .env_remove("WEFT_BACKEND")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
@@ -104,7 +122,7 @@ pub(crate) fn start(
         out.read_line(&mut first).map_err(failed)?;
         let addr =
             stdio::parse_listening(first.trim()).map_err(|e| failed(format!("node {id}: {e}")))?;
-        addrs.insert(NodeId(id), addr);
+        job.addrs.insert(NodeId(id), addr);
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
@@ -116,12 +134,31 @@ pub(crate) fn start(
             }
         });
     }
-    let peers = PeerList::from_map(addrs);
-    for c in job.children.iter_mut().flatten() {
-        let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
-        stdio::send_peers(stdin, &peers).map_err(failed)?;
-    }
     Ok(job)
+}
+
+impl Job {
+    /// Write the job's peer list to every process.
+    pub(crate) fn hand_out_peers(&mut self) -> Result<(), BenchError> {
+        let peers = PeerList::from_map(std::mem::take(&mut self.addrs));
+        for c in self.children.iter_mut().flatten() {
+            let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
+            stdio::send_peers(stdin, &peers).map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    /// Write `line` to every process still running.
+    pub(crate) fn tell_all(&mut self, line: &str) -> Result<(), BenchError> {
+        use std::io::Write;
+        for c in self.children.iter_mut().flatten() {
+            let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
+            writeln!(stdin, "{line}")
+                .and_then(|()| stdin.flush())
+                .map_err(failed)?;
+        }
+        Ok(())
+    }
 }
 
 /// Run one trial with a process per node, the `weft` executable at `exe`.

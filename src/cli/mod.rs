@@ -14,6 +14,7 @@ macro_rules! say {
 }
 
 pub mod bench_bmg;
+pub mod bench_bmg_node;
 pub mod bench_broadcast;
 pub mod bench_checkpoint;
 pub mod bench_heartbeat;
@@ -186,6 +187,9 @@ pub enum BenchCommand {
     /// The BMG built from a launch tree on real nodes, timed and checked, beside the
     /// simulator's projection with the costs measured in the same run.
     Bmg(bench_bmg::BenchBmgArgs),
+    /// One node process of `weft bench bmg --procs` (started by that command).
+    #[command(hide = true)]
+    BmgNode(bench_bmg_node::BenchBmgNodeArgs),
     /// The Process Order broadcast (Gendelman et al. section 2): central coordinator (C),
     /// hierarchy with reconnection (H1) and without (H2), beside a grid application, with a
     /// failure in the middle of the stream if asked.
@@ -232,6 +236,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Checkpoint(args)) => bench_checkpoint::run(args),
         Command::Bench(BenchCommand::Route(args)) => bench_route::run(args),
         Command::Bench(BenchCommand::Bmg(args)) => bench_bmg::run(args),
+        Command::Bench(BenchCommand::BmgNode(args)) => bench_bmg_node::run(args),
         Command::Bench(BenchCommand::Broadcast(args)) => bench_broadcast::run(args),
         Command::Bench(BenchCommand::Heartbeat(args)) => bench_heartbeat::run(args),
         Command::Model(ModelCommand::Validate(args)) => model_validate::run(args),

@@ -82,6 +82,17 @@ pub enum Event {
     Bsp(bsp::BspEvent),
     /// Routing news: messages received, delivered or failed, broadcasts.
     Route(route::RouteEvent),
+    /// A protocol's message counters and whether it is quiet, when its driver wakes it to
+    /// ask (the overlay's [`Protocol::on_wake`]): a launcher that sees the messages sent by
+    /// all equal those received by all in two rounds of asking knows none is in flight.
+    Counters {
+        /// Messages sent so far.
+        sent: u64,
+        /// Messages received so far.
+        received: u64,
+        /// Whether its spontaneous rules have stopped.
+        quiet: bool,
+    },
 }
 
 /// What a protocol asks its driver to do.

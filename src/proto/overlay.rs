@@ -9,7 +9,7 @@
 use super::bmg::{Bmg, BmgMsg};
 use super::ring::{Ring, RingMsg};
 use super::spontaneous::{Spontaneous, SpontaneousConfig};
-use super::{Outbox, Protocol, Time, TimerId};
+use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::NodeId;
 
 /// A message of either algorithm.
@@ -49,7 +49,10 @@ pub struct Overlay {
     /// Algorithm 2's rules and state.
     pub bmg: Bmg,
     spont: Spontaneous,
-    sent: u64,
+    /// Message counters, 32 bits each to keep a simulated process at its size (they wrap
+    /// after 4 G messages of one process).
+    sent: u32,
+    received: u32,
 }
 
 impl Overlay {
@@ -61,12 +64,18 @@ impl Overlay {
             bmg,
             spont: Spontaneous::new(OVERLAY_TIMER, cfg),
             sent: 0,
+            received: 0,
         }
     }
 
     /// Messages this process has sent (both algorithms).
     pub fn sent(&self) -> u64 {
-        self.sent
+        u64::from(self.sent)
+    }
+
+    /// Messages this process has received (both algorithms).
+    pub fn received(&self) -> u64 {
+        u64::from(self.received)
     }
 
     /// Whether the process has gone quiet.
@@ -105,6 +114,7 @@ impl Protocol for Overlay {
         out: &mut Outbox<OverlayMsg>,
     ) {
         let before = out.sends();
+        self.received = self.received.wrapping_add(1);
         match msg {
             OverlayMsg::Ring(m) => {
                 let changed = self.ring.handle(from, m, out);
@@ -114,7 +124,7 @@ impl Protocol for Overlay {
             }
             OverlayMsg::Bmg(m) => self.bmg.handle(m, out),
         }
-        self.sent += (out.sends() - before) as u64;
+        self.sent = self.sent.wrapping_add((out.sends() - before) as u32);
     }
 
     fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<OverlayMsg>) {
@@ -132,7 +142,17 @@ impl Protocol for Overlay {
             self.bmg.fire(out);
         }
         self.spont.fired(self.settled(), out);
-        self.sent += (out.sends() - before) as u64;
+        self.sent = self.sent.wrapping_add((out.sends() - before) as u32);
+    }
+
+    /// Asked by its driver: report the counters (a launcher detecting that the construction
+    /// has ended, no message in flight).
+    fn on_wake(&mut self, _now: Time, out: &mut Outbox<OverlayMsg>) {
+        out.report(Event::Counters {
+            sent: self.sent(),
+            received: self.received(),
+            quiet: self.spont.is_quiet(),
+        });
     }
 
     fn state_version(&self) -> u64 {

@@ -247,22 +247,20 @@ impl Oracle {
         Some(NodeId(self.order[r.0 as usize] as u64))
     }
 
-    fn ring_ok(&self, p: u32, o: &Overlay) -> bool {
+    fn ring_ok(&self, p: u32, o: &impl Neighbors) -> bool {
         let id = |q: u32| Some(NodeId(q as u64));
-        o.ring.succ() == id(self.succ[p as usize]) && o.ring.pred() == id(self.pred[p as usize])
+        o.succ() == id(self.succ[p as usize]) && o.pred() == id(self.pred[p as usize])
     }
 
-    fn bmg_ok(&self, p: u32, o: &Overlay) -> bool {
+    fn bmg_ok(&self, p: u32, o: &impl Neighbors) -> bool {
         let n = self.order.len() as u32;
         let a = Rank(self.pos[p as usize]);
         // Highest level first: it is the last to be built, so an unfinished table fails fast.
         // Look up the expected value only for a finger that is set (an unset one is wrong).
         (0..formula::levels(n)).rev().all(|k| {
-            o.bmg
-                .cw(k as usize)
+            o.cw(k as usize)
                 .is_some_and(|v| Some(v) == self.at(formula::cw(a, k, n)))
-                && o.bmg
-                    .ccw(k as usize)
+                && o.ccw(k as usize)
                     .is_some_and(|v| Some(v) == self.at(formula::ccw(a, k, n)))
         })
     }
@@ -279,9 +277,80 @@ pub fn overlay_of(tree: &Tree, p: u32, spont: SpontaneousConfig) -> Overlay {
     Overlay::new(ring, tree.len() as u32, spont)
 }
 
+/// A process's ring and BMG neighbors, as the oracle judges them: a running [`Overlay`]'s, or
+/// the [`Fingers`] a node process reported.
+pub trait Neighbors {
+    /// Its ring successor.
+    fn succ(&self) -> Option<NodeId>;
+    /// Its ring predecessor.
+    fn pred(&self) -> Option<NodeId>;
+    /// Its clockwise finger at level `k` (distance 2^k).
+    fn cw(&self, k: usize) -> Option<NodeId>;
+    /// Its counter-clockwise finger at level `k`.
+    fn ccw(&self, k: usize) -> Option<NodeId>;
+}
+
+impl Neighbors for Overlay {
+    fn succ(&self) -> Option<NodeId> {
+        self.ring.succ()
+    }
+    fn pred(&self) -> Option<NodeId> {
+        self.ring.pred()
+    }
+    fn cw(&self, k: usize) -> Option<NodeId> {
+        self.bmg.cw(k)
+    }
+    fn ccw(&self, k: usize) -> Option<NodeId> {
+        self.bmg.ccw(k)
+    }
+}
+
+/// One process's final neighbors as plain data: what a BMG node running in its own process
+/// reports to its launcher, for the launcher to check.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Fingers {
+    /// Ring successor.
+    pub succ: Option<u64>,
+    /// Ring predecessor.
+    pub pred: Option<u64>,
+    /// Clockwise fingers, level 0 up.
+    pub cw: Vec<Option<u64>>,
+    /// Counter-clockwise fingers, level 0 up.
+    pub ccw: Vec<Option<u64>>,
+}
+
+impl Fingers {
+    /// What `o` holds now.
+    pub fn of(o: &Overlay) -> Self {
+        let id = |v: Option<NodeId>| v.map(|v| v.0);
+        let levels = o.bmg.levels();
+        Self {
+            succ: id(o.ring.succ()),
+            pred: id(o.ring.pred()),
+            cw: (0..levels).map(|k| id(o.bmg.cw(k))).collect(),
+            ccw: (0..levels).map(|k| id(o.bmg.ccw(k))).collect(),
+        }
+    }
+}
+
+impl Neighbors for Fingers {
+    fn succ(&self) -> Option<NodeId> {
+        self.succ.map(NodeId)
+    }
+    fn pred(&self) -> Option<NodeId> {
+        self.pred.map(NodeId)
+    }
+    fn cw(&self, k: usize) -> Option<NodeId> {
+        self.cw.get(k).copied().flatten().map(NodeId)
+    }
+    fn ccw(&self, k: usize) -> Option<NodeId> {
+        self.ccw.get(k).copied().flatten().map(NodeId)
+    }
+}
+
 /// Processes of `tree` whose final state `finals[p]` is not the oracle's: successor,
 /// predecessor or a finger off the formulas over the tree's preorder.
-pub fn wrong_fingers(tree: &Tree, finals: &[Overlay]) -> u32 {
+pub fn wrong_fingers(tree: &Tree, finals: &[impl Neighbors]) -> u32 {
     let oracle = Oracle::new(tree);
     finals
         .iter()

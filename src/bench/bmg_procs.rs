@@ -1,0 +1,345 @@
+//! `weft bench bmg --procs`: the BMG construction with one OS process per node, for jobs whose
+//! connections do not fit in one process's descriptors (1024 in-process nodes need about
+//! 20 500) and for the launcher's view of a job: every process a separate address space,
+//! scheduled by the kernel like the ranks of an MPI job.
+//!
+//! Both halves are here. The node process (`weft bench bmg-node`, started only by the
+//! launcher) builds its own copy of the launch tree from the same arguments, binds, says where
+//! (`{"listening": ADDR}`), reads the peer list and then a `go` line, runs the overlay and
+//! reports `quiet` and `woke` stamped with `CLOCK_MONOTONIC`. The launcher hands the list to
+//! all before anyone starts, so the start skew is one pipe write each.
+//!
+//! The end: a few hundred processes on two cores wait hundreds of ms to be scheduled, so a
+//! silence in the reports proves nothing (a 50 ms one stopped 256 processes half-built). Once
+//! all are quiet the launcher asks every process for its message counters (`count`, answered
+//! by the overlay's `Event::Counters`) until two rounds agree, with as many messages received
+//! as sent and all quiet: Mattern's four-counter test, no message in flight. Then `stop`: each
+//! stops and reports its final neighbors ([`Fingers`]) and its message count.
+
+use super::bmg::{tree_of, Settling};
+use super::procs::{self, Job};
+use super::stabilize::BenchError;
+use crate::bootstrap::stdio;
+use crate::engine::monotonic_ns;
+use crate::engine::reactor::NodeEvent;
+use crate::proto::spontaneous::SpontaneousConfig;
+use crate::proto::Event;
+use crate::sim::bmg::{overlay_of, Fingers};
+use crate::sim::tree::{Tree, TreeKind};
+use crate::transport::JobKey;
+use crate::transport::{bind, spawn, NodeOptions, NodeSpec};
+use crate::NodeId;
+use serde_json::json;
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+/// The line that starts every node once all have the peer list.
+const GO: &str = "go";
+/// The line that asks a node for its message counters.
+const COUNT: &str = "count";
+/// The line that stops a node and has it report its final neighbors.
+const STOP: &str = "stop";
+
+/// One node process of a BMG job.
+#[derive(Clone, Debug)]
+pub struct BmgNode {
+    /// Its process in the launch tree.
+    pub id: u32,
+    /// Processes in the job.
+    pub nodes: u32,
+    /// Launch tree shape, largest degree and seed (a random tree): the launcher's, so every
+    /// process builds the same tree.
+    pub tree: (TreeKind, u32, u64),
+    /// Firing period of the spontaneous rules (no refresh, as in `weft bench bmg`).
+    pub period: Duration,
+    /// Engine settings.
+    pub opts: NodeOptions,
+}
+
+fn failed(what: impl std::fmt::Display) -> BenchError {
+    BenchError::Config(format!("BMG node process: {what}"))
+}
+
+/// What a node process gets on its stdin: the peer list, then `go`, then `stop`.
+enum Input {
+    Event(NodeEvent),
+    Count,
+    Stop,
+}
+
+/// Run one node process: `input` and `out` are its stdin and stdout.
+pub fn node(
+    cfg: &BmgNode,
+    key: JobKey,
+    mut input: impl BufRead + Send + 'static,
+    out: &mut impl Write,
+) -> Result<(), BenchError> {
+    let (kind, degree, seed) = cfg.tree;
+    let tree = tree_of(kind, cfg.nodes, degree, seed)?;
+    if cfg.id >= cfg.nodes {
+        return Err(failed(format!(
+            "--id {} is not in 0..{}",
+            cfg.id, cfg.nodes
+        )));
+    }
+    let me = NodeId(u64::from(cfg.id));
+    let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let addr = listener.local_addr().map_err(failed)?;
+    stdio::announce(out, addr).map_err(failed)?;
+    let peers = stdio::read_peers(&mut input).map_err(failed)?;
+    let members: Vec<NodeId> = (0..u64::from(cfg.nodes)).map(NodeId).collect();
+    peers
+        .check_covers(&members, me, "the peer list on stdin")
+        .map_err(failed)?;
+    let mut line = String::new();
+    input.read_line(&mut line).map_err(failed)?;
+    if line.trim() != GO {
+        return Err(failed(format!(
+            "expected {GO:?} after the peer list, got {line:?}"
+        )));
+    }
+    let spont = SpontaneousConfig {
+        period: cfg.period,
+        refresh: None,
+    };
+    let (tx, rx) = channel();
+    let (etx, erx) = channel();
+    let spec = NodeSpec {
+        id: me,
+        listener,
+        peers: peers.without(me),
+        key,
+        core: None,
+    };
+    let mut handle = spawn(spec, &cfg.opts, overlay_of(&tree, cfg.id, spont), etx)?;
+    let say = |out: &mut dyn Write, v: serde_json::Value| -> Result<(), BenchError> {
+        writeln!(out, "{v}")
+            .and_then(|()| out.flush())
+            .map_err(failed)
+    };
+    say(
+        out,
+        json!({"node": me.0, "kind": "started", "backend": handle.backend.to_string(),
+               "mono_ns": monotonic_ns()}),
+    )?;
+    let events = tx.clone();
+    std::thread::spawn(move || {
+        while let Ok((_, e)) = erx.recv() {
+            if events.send(Input::Event(e)).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        // A closed stdin (the launcher gone) stops the node too.
+        while input.read_line(&mut line).is_ok_and(|n| n > 0) && line.trim() != STOP {
+            if line.trim() == COUNT && tx.send(Input::Count).is_err() {
+                return;
+            }
+            line.clear();
+        }
+        let _ = tx.send(Input::Stop);
+    });
+    while let Ok(i) = rx.recv() {
+        let kind = match i {
+            Input::Stop => break,
+            Input::Count => {
+                // The overlay answers with `Event::Counters`.
+                handle.wake();
+                continue;
+            }
+            Input::Event(NodeEvent::Protocol(Event::Counters {
+                sent,
+                received,
+                quiet,
+            })) => {
+                say(
+                    out,
+                    json!({"node": me.0, "kind": "counters", "sent": sent,
+                           "received": received, "quiet": quiet, "mono_ns": monotonic_ns()}),
+                )?;
+                continue;
+            }
+            Input::Event(NodeEvent::Protocol(Event::Quiet)) => "quiet",
+            Input::Event(NodeEvent::Protocol(Event::Woke)) => "woke",
+            Input::Event(NodeEvent::Suspect(p)) => {
+                say(
+                    out,
+                    json!({"node": me.0, "kind": "suspect", "peer": p.0,
+                           "mono_ns": monotonic_ns()}),
+                )?;
+                continue;
+            }
+            Input::Event(NodeEvent::Refused(why)) => {
+                say(
+                    out,
+                    json!({"node": me.0, "kind": "refused", "why": why.to_string(),
+                           "mono_ns": monotonic_ns()}),
+                )?;
+                continue;
+            }
+            Input::Event(_) => continue,
+        };
+        say(
+            out,
+            json!({"node": me.0, "kind": kind, "mono_ns": monotonic_ns()}),
+        )?;
+    }
+    let last = handle.stop()?;
+    say(
+        out,
+        json!({"node": me.0, "kind": "final", "sent": last.sent(),
+               "fingers": Fingers::of(&last), "mono_ns": monotonic_ns()}),
+    )
+}
+
+/// The launcher's side: build the BMG over `tree` with one process of `exe` per node; (time
+/// from `go` to the last process going quiet, messages, final neighbors by process, backend).
+pub(crate) fn real(
+    exe: &Path,
+    tree: &Tree,
+    (kind, degree, seed): (TreeKind, u32, u64),
+    period: Duration,
+    settle: Duration,
+    opts: &NodeOptions,
+    timeout: Duration,
+) -> Result<(Duration, u64, Vec<Fingers>, String), BenchError> {
+    let n = tree.len() as u32;
+    let forced = crate::engine::forced_backend(opts.backend)?.map(|b| b.to_string());
+    let wait = opts.reactor.wait.to_string();
+    let mut job = procs::spawn(exe, n, |id, cmd| {
+        cmd.args(["bench", "bmg-node", "--id", &id.to_string()])
+            .args(["--nodes", &n.to_string(), "--tree", &kind.to_string()])
+            .args(["--degree", &degree.to_string(), "--seed", &seed.to_string()])
+            .args(["--period-us", &period.as_micros().to_string()])
+            .args(["--wait", &wait])
+            .args(forced.iter().flat_map(|b| ["--backend", b.as_str()]));
+    })?;
+    job.hand_out_peers()?;
+    let start = monotonic_ns();
+    job.tell_all(GO)?;
+    let since = |r: &serde_json::Value| {
+        Duration::from_nanos(r["mono_ns"].as_u64().unwrap_or(start).saturating_sub(start))
+    };
+    let deadline = Instant::now() + timeout;
+    let mut settling = Settling::new(n as usize);
+    let mut backends = std::collections::BTreeSet::new();
+    let mut wave: Option<Wave> = None;
+    let mut last_wave: Option<(u64, u64)> = None;
+    loop {
+        let wait = if settling.all_quiet() && wave.is_none() {
+            settle
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        match job.reports.recv_timeout(wait) {
+            Ok((id, r)) => match r["kind"].as_str() {
+                Some("started") => {
+                    backends.extend(r["backend"].as_str().map(str::to_owned));
+                }
+                Some("quiet") => settling.quiet(id as usize, since(&r)),
+                Some("woke") => settling.woke(id as usize),
+                Some("counters") => {
+                    let Some(w) = wave.as_mut() else { continue };
+                    w.add(&r);
+                    if w.left > 0 {
+                        continue;
+                    }
+                    let counts = (w.sent, w.received);
+                    let idle = w.all_quiet && w.sent == w.received;
+                    wave = None;
+                    // Mattern's four counters: what all had received by one wave is what
+                    // all had sent by the next, and everyone quiet: nothing in flight.
+                    if idle && last_wave == Some(counts) {
+                        break;
+                    }
+                    last_wave = idle.then_some(counts);
+                    if idle {
+                        job.tell_all(COUNT)?;
+                        wave = Some(Wave::new(n));
+                    }
+                }
+                Some("suspect") => {
+                    return Err(BenchError::Config(format!(
+                        "process {id} lost {} while building the BMG",
+                        r["peer"]
+                    )))
+                }
+                _ => {}
+            },
+            // Quiet for a while: ask everyone for their counters.
+            Err(_) if settling.all_quiet() && wave.is_none() => {
+                job.tell_all(COUNT)?;
+                wave = Some(Wave::new(n));
+            }
+            Err(_) => return Err(settling.timed_out(timeout)),
+        }
+    }
+    let (msgs, finals) = finals(&mut job, n, timeout)?;
+    let backend = backends.into_iter().collect::<Vec<_>>().join("+");
+    Ok((settling.last, msgs, finals, backend))
+}
+
+/// One round of asking every process for its counters.
+struct Wave {
+    left: u32,
+    sent: u64,
+    received: u64,
+    all_quiet: bool,
+}
+
+impl Wave {
+    fn new(n: u32) -> Self {
+        Self {
+            left: n,
+            sent: 0,
+            received: 0,
+            all_quiet: true,
+        }
+    }
+
+    fn add(&mut self, r: &serde_json::Value) {
+        self.left = self.left.saturating_sub(1);
+        self.sent += r["sent"].as_u64().unwrap_or(0);
+        self.received += r["received"].as_u64().unwrap_or(0);
+        self.all_quiet &= r["quiet"].as_bool().unwrap_or(false);
+    }
+}
+
+/// Stop every process and read its final neighbors and message count.
+fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(u64, Vec<Fingers>), BenchError> {
+    job.tell_all(STOP)?;
+    let mut finals: Vec<Option<Fingers>> = vec![None; n as usize];
+    let (mut msgs, mut left) = (0u64, n);
+    let deadline = Instant::now() + timeout;
+    while left > 0 {
+        let Ok((id, r)) = job
+            .reports
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        else {
+            return Err(BenchError::Timeout(
+                timeout,
+                format!("{left} of {n} processes did not report their final neighbors"),
+            ));
+        };
+        if r["kind"] != "final" {
+            continue;
+        }
+        let slot = &mut finals[id as usize];
+        if slot.is_none() {
+            let f = serde_json::from_value(r["fingers"].clone())
+                .map_err(|e| failed(format!("process {id}'s final neighbors: {e}")))?;
+            *slot = Some(f);
+            msgs += r["sent"].as_u64().unwrap_or(0);
+            left -= 1;
+        }
+    }
+    Ok((
+        msgs,
+        finals.into_iter().map(Option::unwrap_or_default).collect(),
+    ))
+}
