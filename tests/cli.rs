@@ -1015,6 +1015,20 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["sim_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
+        // From a clean start every process's rule 1 of Algorithm 2 fires once, with its final
+        // ring neighbors: the BMG's messages are the tree's, in the real run as projected;
+        // only the ring's re-firings differ.
+        let bmg = |all: &str, ring: &str| r[all].as_u64().unwrap() - r[ring].as_u64().unwrap();
+        assert_eq!(
+            bmg("msgs", "ring_msgs"),
+            bmg("sim_msgs", "sim_ring_msgs"),
+            "{r}"
+        );
+        assert_eq!(
+            bmg("msgs", "ring_msgs"),
+            bmg("sim_split_msgs", "sim_split_ring_msgs"),
+            "{r}"
+        );
     }
     let out = weft(&["bench", "bmg", "--nodes-list", "16,100"]);
     assert!(!out.status.success());

@@ -59,6 +59,10 @@ pub struct BmgBenchRow {
     pub sim_ms: f64,
     /// `real_ms / sim_ms`.
     pub ratio: f64,
+    /// Real: the start to every node running, ms (in-process: the listeners bound and
+    /// both reactors set up, the first reactor's nodes already at work; `--procs`: the `go`
+    /// to the last process's `started`). The projection starts all at 0.
+    pub start_ms: f64,
     /// The projection that also charges each new connection [`BmgBenchRow::connect_us`] of
     /// its sender's CPU, ms: the real run falls between the two (connections are neither
     /// free nor all CPU; the idle first round trip is partly waiting).
@@ -79,6 +83,13 @@ pub struct BmgBenchRow {
     pub msgs: u64,
     /// Messages of the simulated run.
     pub sim_msgs: u64,
+    /// Of `msgs`, Algorithm 1's (tree → ring): the rest, Algorithm 2's, is the same count in
+    /// every run of a tree; the ring's grows with every period a leaf waits for its answer.
+    pub ring_msgs: u64,
+    /// Of `sim_msgs`, Algorithm 1's.
+    pub sim_ring_msgs: u64,
+    /// Of `sim_split_msgs`, Algorithm 1's.
+    pub sim_split_ring_msgs: u64,
     /// Every process's successor and fingers are the formulas'.
     pub converged: bool,
     /// Processes whose ring or BMG neighbors are wrong.
@@ -178,19 +189,45 @@ impl Settling {
     }
 }
 
-/// Build the BMG over `tree` on real in-process nodes: (time to the last quiet, messages,
+/// What a real run gives: (time to the last quiet, time until every node ran, messages,
 /// final neighbors, backend).
+pub(crate) type RealRun = (Duration, Duration, Sent, Vec<Fingers>, String);
+
+/// Messages of a run: all, and Algorithm 1's among them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sent {
+    pub(crate) all: u64,
+    pub(crate) ring: u64,
+}
+
+impl Sent {
+    fn of(nodes: &[Overlay]) -> Self {
+        nodes
+            .iter()
+            .fold(Self::default(), |s, o| s.add(o.sent(), o.ring_sent()))
+    }
+
+    pub(crate) fn add(self, all: u64, ring: u64) -> Self {
+        Self {
+            all: self.all + all,
+            ring: self.ring + ring,
+        }
+    }
+}
+
+/// Build the BMG over `tree` on real in-process nodes.
 fn real(
     tree: &Tree,
     spont: SpontaneousConfig,
     cfg: &BmgBenchConfig,
-) -> Result<(Duration, u64, Vec<Fingers>, String), BenchError> {
+) -> Result<RealRun, BenchError> {
     let n = tree.len();
     let launch = tree.clone();
     let c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
         overlay_of(&launch, i as u32, spont)
     })?;
     let start = c.epoch;
+    let started = start.elapsed();
     let deadline = Instant::now() + cfg.timeout;
     let mut settling = Settling::new(n);
     loop {
@@ -221,9 +258,9 @@ fn real(
     }
     let backend = c.backend_name();
     let finals = c.stop_all()?;
-    let msgs = finals.iter().map(Overlay::sent).sum();
+    let msgs = Sent::of(&finals);
     let fingers = finals.iter().map(Fingers::of).collect();
-    Ok((settling.last, msgs, fingers, backend))
+    Ok((settling.last, started, msgs, fingers, backend))
 }
 
 /// The timed simulator's run of the same tree: (time of the last quiet, messages).
@@ -234,7 +271,7 @@ fn projected(
     c: Duration,
     (connect, wait): (Duration, Duration),
     cores: u32,
-) -> (Duration, u64) {
+) -> (Duration, Sent) {
     let mut w = TimedWorld::new(
         overlays(tree, spont),
         TimedConfig {
@@ -257,7 +294,9 @@ fn projected(
             }
         }
     }
-    (Duration::from_nanos(last), w.sent)
+    let sent = Sent::of(w.nodes());
+    debug_assert_eq!(sent.all, w.sent);
+    (Duration::from_nanos(last), sent)
 }
 
 /// One process pings `peers` fresh processes `iters` rounds (each round all of them at once,
@@ -347,7 +386,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
     let connect_us = connect_cost(&cfg.opts, 15)?;
     let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
-    let (real_t, msgs, finals, backend) = match &cfg.procs {
+    let (real_t, start_t, msgs, finals, backend) = match &cfg.procs {
         None => real(&tree, spont, cfg)?,
         Some(exe) => super::bmg_procs::real(
             exe,
@@ -385,13 +424,17 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         real_ms,
         sim_ms,
         ratio: real_ms / sim_ms.max(1e-9),
+        start_ms: start_t.as_secs_f64() * 1e3,
         sim_connect_ms,
         ratio_connect: real_ms / sim_connect_ms.max(1e-9),
         sim_split_ms,
         ratio_split: real_ms / sim_split_ms.max(1e-9),
-        sim_split_msgs,
-        msgs,
-        sim_msgs,
+        sim_split_msgs: sim_split_msgs.all,
+        msgs: msgs.all,
+        sim_msgs: sim_msgs.all,
+        ring_msgs: msgs.ring,
+        sim_ring_msgs: sim_msgs.ring,
+        sim_split_ring_msgs: sim_split_msgs.ring,
         converged: wrong == 0,
         wrong,
         l_us,

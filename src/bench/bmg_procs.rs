@@ -16,7 +16,7 @@
 //! as sent and all quiet: Mattern's four-counter test, no message in flight. Then `stop`: each
 //! stops and reports its final neighbors ([`Fingers`]) and its message count.
 
-use super::bmg::{tree_of, Settling};
+use super::bmg::{tree_of, RealRun, Sent, Settling};
 use super::procs::{self, Job};
 use super::stabilize::BenchError;
 use crate::bootstrap::stdio;
@@ -192,13 +192,13 @@ pub fn node(
     let last = handle.stop()?;
     say(
         out,
-        json!({"node": me.0, "kind": "final", "sent": last.sent(),
+        json!({"node": me.0, "kind": "final", "sent": last.sent(), "ring_sent": last.ring_sent(),
                "fingers": Fingers::of(&last), "mono_ns": monotonic_ns()}),
     )
 }
 
-/// The launcher's side: build the BMG over `tree` with one process of `exe` per node; (time
-/// from `go` to the last process going quiet, messages, final neighbors by process, backend).
+/// The launcher's side: build the BMG over `tree` with one process of `exe` per node, timed
+/// from `go`.
 pub(crate) fn real(
     exe: &Path,
     tree: &Tree,
@@ -207,7 +207,7 @@ pub(crate) fn real(
     settle: Duration,
     opts: &NodeOptions,
     timeout: Duration,
-) -> Result<(Duration, u64, Vec<Fingers>, String), BenchError> {
+) -> Result<RealRun, BenchError> {
     let n = tree.len() as u32;
     let forced = crate::engine::forced_backend(opts.backend)?.map(|b| b.to_string());
     let wait = opts.reactor.wait.to_string();
@@ -228,6 +228,7 @@ pub(crate) fn real(
     let deadline = Instant::now() + timeout;
     let mut settling = Settling::new(n as usize);
     let mut backends = std::collections::BTreeSet::new();
+    let mut started = Duration::ZERO;
     let mut wave: Option<Wave> = None;
     let mut last_wave: Option<(u64, u64)> = None;
     loop {
@@ -240,6 +241,7 @@ pub(crate) fn real(
             Ok((id, r)) => match r["kind"].as_str() {
                 Some("started") => {
                     backends.extend(r["backend"].as_str().map(str::to_owned));
+                    started = started.max(since(&r));
                 }
                 Some("quiet") => settling.quiet(id as usize, since(&r)),
                 Some("woke") => settling.woke(id as usize),
@@ -281,7 +283,7 @@ pub(crate) fn real(
     }
     let (msgs, finals) = finals(&mut job, n, timeout)?;
     let backend = backends.into_iter().collect::<Vec<_>>().join("+");
-    Ok((settling.last, msgs, finals, backend))
+    Ok((settling.last, started, msgs, finals, backend))
 }
 
 /// One round of asking every process for its counters.
@@ -311,10 +313,10 @@ impl Wave {
 }
 
 /// Stop every process and read its final neighbors and message count.
-fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(u64, Vec<Fingers>), BenchError> {
+fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers>), BenchError> {
     job.tell_all(STOP)?;
     let mut finals: Vec<Option<Fingers>> = vec![None; n as usize];
-    let (mut msgs, mut left) = (0u64, n);
+    let (mut msgs, mut left) = (Sent::default(), n);
     let deadline = Instant::now() + timeout;
     while left > 0 {
         let Ok((id, r)) = job
@@ -334,7 +336,8 @@ fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(u64, Vec<Fingers>
             let f = serde_json::from_value(r["fingers"].clone())
                 .map_err(|e| failed(format!("process {id}'s final neighbors: {e}")))?;
             *slot = Some(f);
-            msgs += r["sent"].as_u64().unwrap_or(0);
+            let count = |k: &str| r[k].as_u64().unwrap_or(0);
+            msgs = msgs.add(count("sent"), count("ring_sent"));
             left -= 1;
         }
     }

@@ -71,7 +71,9 @@ const UNSET: u32 = u32::MAX;
 /// The BMG rules of one process.
 #[derive(Clone, Debug)]
 pub struct Bmg {
-    id: NodeId,
+    /// 32 bits, as the fingers: with `levels` in its padding, a simulated process is 8 bytes
+    /// smaller.
+    id: PackedId,
     levels: u8,
     /// The inputs, in 32 bits as the fingers are.
     succ: PackedId,
@@ -91,10 +93,13 @@ pub struct Bmg {
 
 impl Bmg {
     /// A process of a ring of `n` processes, with empty finger tables.
+    ///
+    /// # Panics
+    /// When `id` is not a rank below `u32::MAX` (fingers are stored in 32 bits).
     pub fn new(id: NodeId, n: u32) -> Self {
         let levels = topology::bmg::levels(n) as usize;
         Self {
-            id,
+            id: PackedId::new(id).expect("BMG ids are ranks below u32::MAX"),
             levels: levels as u8,
             succ: PackedId::NONE,
             pred: PackedId::NONE,
@@ -108,7 +113,7 @@ impl Bmg {
 
     /// This process.
     pub fn id(&self) -> NodeId {
-        self.id
+        self.id.get().expect("set at construction")
     }
 
     /// Number of levels: `k` with `2^k < N`.
