@@ -4,6 +4,11 @@
 //! measured: the one-way latency `L` (ping-pong) and the CPU per message `c` (relay ring), the
 //! nodes sharing the reactors' cores as they do for real.
 //!
+//! Four projections bracket the real run: connections free; each new connection's whole
+//! first-message cost charged as its sender's CPU; its CPU charged and the rest a wait on the
+//! wire ("split"); and the same with the wait of a connection dialed while every process dials
+//! ("storm", [`storm_connect`]), which is what the start is.
+//!
 //! Both runs use the same spontaneous period and no refresh (the paper's simulator: a quiet
 //! process fires no more until a message changes its state), so the real run ends, and is
 //! timed, when the last process reports itself quiet and nothing wakes any process for a
@@ -90,6 +95,18 @@ pub struct BmgBenchRow {
     pub sim_ring_msgs: u64,
     /// Of `sim_split_msgs`, Algorithm 1's.
     pub sim_split_ring_msgs: u64,
+    /// The split projection with the wait of a connection dialed in the start's storm
+    /// ([`BmgBenchRow::storm_connect_us`]) instead of a lone pair's, ms.
+    pub sim_storm_ms: f64,
+    /// `real_ms / sim_storm_ms`.
+    pub ratio_storm: f64,
+    /// Messages of the storm projection.
+    pub sim_storm_msgs: u64,
+    /// Of `sim_storm_msgs`, Algorithm 1's.
+    pub sim_storm_ring_msgs: u64,
+    /// Measured cost of a connection dialed while every process dials its tree parent at
+    /// once, on its first message, µs ([`storm_connect`]).
+    pub storm_connect_us: f64,
     /// Every process's successor and fingers are the formulas'.
     pub converged: bool,
     /// Processes whose ring or BMG neighbors are wrong.
@@ -353,6 +370,43 @@ pub fn connect_cpu(
     Ok(per[per.len() / 2])
 }
 
+/// What a new connection adds to its first message when every process of the job dials at
+/// once, µs: each process of `tree` pings its parent once, all at the start, as the
+/// construction's first messages go over the tree's edges; the median first round trip less
+/// two one-way latencies `l_us`. Beside [`connect_cost`]'s lone pair it has the start's storm
+/// in it: a dial and a handshake wait behind everyone else's on the shared cores.
+pub fn storm_connect(opts: &NodeOptions, tree: &Tree, l_us: f64) -> Result<f64, BenchError> {
+    use crate::proto::ping::PingPong;
+    let n = tree.len();
+    let parents: Vec<Option<u32>> = (0..n as u32).map(|p| tree.parent(p)).collect();
+    let c = Cluster::start(n, opts.clone(), move |i, _| match parents[i] {
+        Some(p) => PingPong::pinger(crate::NodeId(u64::from(p)), vec![32], 1, 0),
+        None => PingPong::ponger(),
+    })?;
+    let wait = Duration::from_secs(30);
+    let mut done = 0;
+    while done + 1 < n {
+        match c.events.recv_timeout(wait) {
+            Ok((_, NodeEvent::Protocol(Event::Done))) => done += 1,
+            Ok(_) => {}
+            Err(_) => {
+                return Err(BenchError::Timeout(
+                    wait,
+                    format!("{} of {} first pings over the tree", n - 1 - done, n - 1),
+                ))
+            }
+        }
+    }
+    let mut first: Vec<f64> = c
+        .stop_all()?
+        .iter()
+        .filter_map(|p| p.samples().first().map(|s| s.1 as f64 / 1e3))
+        .collect();
+    first.sort_by(f64::total_cmp);
+    let median = first.get(first.len() / 2).copied().unwrap_or(0.0);
+    Ok((median - 2.0 * l_us).max(0.0))
+}
+
 /// What a new connection adds to its first message, µs: the median over `trials` fresh
 /// pairs of nodes of the first round trip (a dial, the handshake both ways, the ping and its
 /// echo) less the median of the 20 that follow on the same connection.
@@ -386,6 +440,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
     let connect_us = connect_cost(&cfg.opts, 15)?;
     let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
+    let storm_us = storm_connect(&cfg.opts, &tree, l_us)?.max(connect_cpu_us);
     let (real_t, start_t, msgs, finals, backend) = match &cfg.procs {
         None => real(&tree, spont, cfg)?,
         Some(exe) => super::bmg_procs::real(
@@ -413,6 +468,8 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let (sim_t, sim_msgs) = project(0.0, 0.0);
     let (sim_connect_t, _) = project(connect_us, 0.0);
     let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, connect_us - connect_cpu_us);
+    let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_us - connect_cpu_us);
+    let sim_storm_ms = sim_storm_t.as_secs_f64() * 1e3;
     let real_ms = real_t.as_secs_f64() * 1e3;
     let sim_ms = sim_t.as_secs_f64() * 1e3;
     let sim_connect_ms = sim_connect_t.as_secs_f64() * 1e3;
@@ -435,6 +492,11 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ring_msgs: msgs.ring,
         sim_ring_msgs: sim_msgs.ring,
         sim_split_ring_msgs: sim_split_msgs.ring,
+        sim_storm_ms,
+        ratio_storm: real_ms / sim_storm_ms.max(1e-9),
+        sim_storm_msgs: sim_storm_msgs.all,
+        sim_storm_ring_msgs: sim_storm_msgs.ring,
+        storm_connect_us: storm_us,
         converged: wrong == 0,
         wrong,
         l_us,

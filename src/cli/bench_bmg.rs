@@ -85,7 +85,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9}",
+            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
             "nodes",
             "tree",
             "real ms",
@@ -95,12 +95,15 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "ratio",
             "split ms",
             "ratio",
+            "storm ms",
+            "ratio",
             "msgs",
             "sim msgs",
             "L us",
             "c us",
             "conn us",
             "cpu us",
+            "storm us",
             "converged"
         );
     }
@@ -111,7 +114,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9}",
+                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
                 r.nodes,
                 r.tree,
                 r.real_ms,
@@ -121,12 +124,15 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                 r.ratio_connect,
                 r.sim_split_ms,
                 r.ratio_split,
+                r.sim_storm_ms,
+                r.ratio_storm,
                 r.msgs,
                 r.sim_msgs,
                 r.l_us,
                 r.c_us,
                 r.connect_us,
                 r.connect_cpu_us,
+                r.storm_connect_us,
                 r.converged
             );
         }
@@ -152,6 +158,9 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                 }),
                 Series::of("simulator, connection CPU + wait", &rows, x, |r| {
                     r.sim_split_ms
+                }),
+                Series::of("simulator, connection CPU + storm wait", &rows, x, |r| {
+                    r.sim_storm_ms
                 }),
             ],
         )?;
