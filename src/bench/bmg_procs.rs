@@ -7,7 +7,8 @@
 //! launcher) builds its own copy of the launch tree from the same arguments, binds, says where
 //! (`{"listening": ADDR}`), reads the peer list and then a `go` line, runs the overlay and
 //! reports `quiet` and `woke` stamped with `CLOCK_MONOTONIC`. The launcher hands the list to
-//! all before anyone starts, so the start skew is one pipe write each.
+//! all before anyone starts; how long the kernel then takes to have them all running is the
+//! row's `start_ms` (seconds for a thousand processes on two cores).
 //!
 //! The end: a few hundred processes on two cores wait hundreds of ms to be scheduled, so a
 //! silence in the reports proves nothing (a 50 ms one stopped 256 processes half-built). Once
@@ -63,7 +64,8 @@ fn failed(what: impl std::fmt::Display) -> BenchError {
     BenchError::Config(format!("BMG node process: {what}"))
 }
 
-/// What a node process gets on its stdin: the peer list, then `go`, then `stop`.
+/// What a node process's main loop waits for: its node's events, and the launcher's `count`
+/// and `stop` lines (after the peer list and `go`, read before the node starts).
 enum Input {
     Event(NodeEvent),
     Count,
