@@ -104,6 +104,15 @@ pub struct BmgBenchRow {
     pub sim_storm_msgs: u64,
     /// Of `sim_storm_msgs`, Algorithm 1's.
     pub sim_storm_ring_msgs: u64,
+    /// The split projection with each handshake's two steps waiting for their cores
+    /// ([`TimedWorld::with_queued_handshake`]): the storm's wait modelled, not measured, ms.
+    pub sim_queued_ms: f64,
+    /// `real_ms / sim_queued_ms`.
+    pub ratio_queued: f64,
+    /// Messages of the queued-handshake projection.
+    pub sim_queued_msgs: u64,
+    /// Of `sim_queued_msgs`, Algorithm 1's.
+    pub sim_queued_ring_msgs: u64,
     /// Measured cost of a connection dialed while every process dials its tree parent at
     /// once, on its first message, µs ([`storm_connect`]).
     pub storm_connect_us: f64,
@@ -286,7 +295,7 @@ fn projected(
     spont: SpontaneousConfig,
     l: Duration,
     c: Duration,
-    (connect, wait): (Duration, Duration),
+    (connect, wait, queued): (Duration, Duration, bool),
     cores: u32,
 ) -> (Duration, Sent) {
     let mut w = TimedWorld::new(
@@ -302,6 +311,9 @@ fn projected(
     .share_cores(cores)
     .with_connect(connect)
     .with_connect_wait(wait);
+    if queued {
+        w = w.with_queued_handshake();
+    }
     w.start();
     let mut last = 0u64;
     while w.step().is_some() {
@@ -455,20 +467,23 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     };
     let wrong = wrong_fingers(&tree, &finals);
     let us = |x: f64| Duration::from_secs_f64(x / 1e6);
-    let project = |cpu_us: f64, wait_us: f64| {
+    let project = |cpu_us: f64, wait_us: f64, queued: bool| {
         projected(
             &tree,
             spont,
             us(l_us),
             us(c_us),
-            (us(cpu_us), us(wait_us)),
+            (us(cpu_us), us(wait_us), queued),
             cores,
         )
     };
-    let (sim_t, sim_msgs) = project(0.0, 0.0);
-    let (sim_connect_t, _) = project(connect_us, 0.0);
-    let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, connect_us - connect_cpu_us);
-    let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_us - connect_cpu_us);
+    let (sim_t, sim_msgs) = project(0.0, 0.0, false);
+    let (sim_connect_t, _) = project(connect_us, 0.0, false);
+    let split_wait = connect_us - connect_cpu_us;
+    let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, split_wait, false);
+    let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_us - connect_cpu_us, false);
+    let (sim_queued_t, sim_queued_msgs) = project(connect_cpu_us, split_wait, true);
+    let sim_queued_ms = sim_queued_t.as_secs_f64() * 1e3;
     let sim_storm_ms = sim_storm_t.as_secs_f64() * 1e3;
     let real_ms = real_t.as_secs_f64() * 1e3;
     let sim_ms = sim_t.as_secs_f64() * 1e3;
@@ -497,6 +512,10 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         sim_storm_msgs: sim_storm_msgs.all,
         sim_storm_ring_msgs: sim_storm_msgs.ring,
         storm_connect_us: storm_us,
+        sim_queued_ms,
+        ratio_queued: real_ms / sim_queued_ms.max(1e-9),
+        sim_queued_msgs: sim_queued_msgs.all,
+        sim_queued_ring_msgs: sim_queued_msgs.ring,
         converged: wrong == 0,
         wrong,
         l_us,

@@ -162,6 +162,12 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                 Series::of("simulator, connection CPU + storm wait", &rows, x, |r| {
                     r.sim_storm_ms
                 }),
+                Series::of(
+                    "simulator, connection CPU + queued handshake",
+                    &rows,
+                    x,
+                    |r| r.sim_queued_ms,
+                ),
             ],
         )?;
     }

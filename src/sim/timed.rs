@@ -190,6 +190,10 @@ pub struct TimedWorld<P: Protocol> {
     /// Time the first message between two processes waits on the wire besides, ns, its
     /// sender's CPU free: the round trips of the dial and the handshake.
     connect_wait: u64,
+    /// `Some`: a handshake's two steps (the acceptor's answer, the dialer's proof) wait for
+    /// their cores as messages do, each as long as the last event handled on that core
+    /// waited for it (by CPU, the entry's value, ns).
+    lag: Option<Vec<u64>>,
     /// Per-message faults, their draws and what they did.
     faults: LinkFaults,
     fault_rng: SimRng,
@@ -238,6 +242,7 @@ impl<P: Protocol> TimedWorld<P> {
             cores: None,
             connect: 0,
             connect_wait: 0,
+            lag: None,
             faults: LinkFaults::NONE,
             fault_rng: SimRng::new(0),
             fault_counts: FaultCounts::default(),
@@ -329,6 +334,16 @@ impl<P: Protocol> TimedWorld<P> {
     /// after it on the pair queue behind it.
     pub fn with_connect_wait(mut self, wait: Duration) -> Self {
         self.connect_wait = wait.as_nanos() as u64;
+        self
+    }
+
+    /// A connection's handshake waits for both ends' cores besides [`Self::with_connect_wait`]:
+    /// the acceptor answers the dial, and the dialer proves itself, when their reactors get
+    /// to it, each as late as the last event on its core was handled. Idle, nothing changes;
+    /// at the start, when every process dials at once and the cores are behind, the wait
+    /// grows with their backlog, as a real storm of dials does.
+    pub fn with_queued_handshake(mut self) -> Self {
+        self.lag = Some(vec![0; self.busy_until.len()]);
         self
     }
 
@@ -544,6 +559,9 @@ impl<P: Protocol> TimedWorld<P> {
                 if !self.links[i as usize].contains(&to) {
                     t += self.connect;
                     dialing = self.connect_wait;
+                    if let Some(lag) = &self.lag {
+                        dialing += lag[self.cpu(to)] + lag[self.cpu(i)];
+                    }
                 }
                 self.link(i, to);
                 let fate = self
@@ -683,7 +701,11 @@ impl<P: Protocol> TimedWorld<P> {
             return Some(None);
         }
         // A busy process handles the event when it is free.
-        let start = at.max(self.busy_until[self.cpu(node)]);
+        let cpu = self.cpu(node);
+        let start = at.max(self.busy_until[cpu]);
+        if let Some(lag) = self.lag.as_mut() {
+            lag[cpu] = start - at;
+        }
         self.now = start;
         let now = Time(start);
         match ev {
@@ -806,6 +828,43 @@ mod tests {
                 "{extra} ns more for {n} links (cpu {cpu}, wait {wait})"
             );
         }
+    }
+
+    /// A queued handshake costs nothing more where no core is behind (each process on a CPU
+    /// of its own, one token), and makes connections wait where the cores are (eight
+    /// processes on one core, two tokens: the links past the first two open while the core
+    /// works for the other token): the same messages, a later end.
+    #[test]
+    fn a_queued_handshake_waits_for_busy_cores_only() {
+        let run = |cores: Option<u32>, tokens: u64, queued: bool| {
+            let n = 8u64;
+            let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, tokens, 20)).collect();
+            let cfg = TimedConfig {
+                net: Net::Constant {
+                    l: Duration::from_micros(1),
+                },
+                ocp: Duration::from_micros(5),
+                send: Duration::from_micros(5),
+                detect: Duration::ZERO,
+            };
+            let mut w = TimedWorld::new(nodes, cfg)
+                .with_connect(Duration::from_micros(50))
+                .with_connect_wait(Duration::from_micros(50));
+            if let Some(k) = cores {
+                w = w.share_cores(k);
+            }
+            if queued {
+                w = w.with_queued_handshake();
+            }
+            w.start();
+            while w.step().is_some() {}
+            (w.now(), w.sent)
+        };
+        assert_eq!(run(None, 1, false), run(None, 1, true));
+        let (plain, sent) = run(Some(1), 2, false);
+        let (queued, sent_q) = run(Some(1), 2, true);
+        assert_eq!(sent, sent_q);
+        assert!(queued > plain, "queued {queued} ns, plain {plain} ns");
     }
 
     /// A long run reuses the slots of delivered messages: memory follows the messages in
