@@ -442,8 +442,9 @@ pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> 
 /// Run one N.
 pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let tree = tree_of(cfg.tree, n, cfg.degree, cfg.seed)?;
-    if cfg.procs.is_none() {
-        super::route::fits_descriptors(n as usize)?;
+    match cfg.procs {
+        None => super::route::fits_descriptors(n as usize)?,
+        Some(_) => super::bmg_procs::fits_memory(n)?,
     }
     let spont = SpontaneousConfig {
         period: cfg.period,

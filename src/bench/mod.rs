@@ -13,7 +13,8 @@
 //!   fault-free run and its time against a run without kills (`weft bsp run`);
 //! - [`heartbeat`]: how fast ring heartbeats find a hung process, and how often they blame a
 //!   live one with both cores busy;
-//! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree;
+//! - [`bmg`]: the BMG built on real nodes beside the simulator's projection of the same tree,
+//!   and [`bmg_procs`], with one process per node;
 //! - [`bare_wave`]: the floor of a stabilization wave, over plain TCP sockets;
 //! - [`ping`]: engine ping-pong against a std busy-poll loop;
 //! - [`relay`]: the per-message CPU cost of the CPU-sharing model;
@@ -43,3 +44,17 @@ pub mod route;
 pub mod scenario;
 pub mod stabilize;
 pub mod validate;
+
+/// The memory the kernel says is available (`MemAvailable`), bytes; `None` where it does not
+/// say. Runs that would not fit are refused before they start, not killed halfway.
+pub fn available_memory() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = m
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()?;
+    Some(kb * 1024)
+}

@@ -75,7 +75,10 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
         );
         tree_of(cfg.tree, n, cfg.degree, cfg.seed)
             .map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
-        if !a.procs {
+        if a.procs {
+            weft::bench::bmg_procs::fits_memory(n)
+                .map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
+        } else {
             weft::bench::route::fits_descriptors(n as usize)
                 .map_err(|e| anyhow::anyhow!("--nodes-list: {e} (or --procs)"))?;
         }

@@ -93,13 +93,7 @@ const BYTES_PER_PROCESS: u64 = 1024;
 /// The largest tree this machine's available memory holds (`MemAvailable`), or 2^24 where
 /// the kernel does not say.
 fn memory_max_nodes() -> u64 {
-    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<u64>().ok())
-    });
-    available.map_or(1 << 24, |kb| kb * 1024 / BYTES_PER_PROCESS)
+    weft::bench::available_memory().map_or(1 << 24, |bytes| bytes / BYTES_PER_PROCESS)
 }
 
 impl BmgArgs {
