@@ -141,21 +141,22 @@ impl Job {
     /// Write the job's peer list to every process.
     pub(crate) fn hand_out_peers(&mut self) -> Result<(), BenchError> {
         let peers = PeerList::from_map(std::mem::take(&mut self.addrs));
-        for c in self.children.iter_mut().flatten() {
-            let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
-            stdio::send_peers(stdin, &peers).map_err(failed)?;
-        }
-        Ok(())
+        self.each_stdin(|stdin| stdio::send_peers(stdin, &peers))
     }
 
     /// Write `line` to every process still running.
     pub(crate) fn tell_all(&mut self, line: &str) -> Result<(), BenchError> {
         use std::io::Write;
+        self.each_stdin(|stdin| writeln!(stdin, "{line}").and_then(|()| stdin.flush()))
+    }
+
+    fn each_stdin(
+        &mut self,
+        mut write: impl FnMut(&mut std::process::ChildStdin) -> std::io::Result<()>,
+    ) -> Result<(), BenchError> {
         for c in self.children.iter_mut().flatten() {
             let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
-            writeln!(stdin, "{line}")
-                .and_then(|()| stdin.flush())
-                .map_err(failed)?;
+            write(stdin).map_err(failed)?;
         }
         Ok(())
     }
