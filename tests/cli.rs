@@ -1024,11 +1024,16 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
             bmg("sim_msgs", "sim_ring_msgs"),
             "{r}"
         );
-        assert_eq!(
-            bmg("msgs", "ring_msgs"),
-            bmg("sim_split_msgs", "sim_split_ring_msgs"),
-            "{r}"
-        );
+        for projection in ["split", "storm", "queued", "turns"] {
+            assert_eq!(
+                bmg("msgs", "ring_msgs"),
+                bmg(
+                    &format!("sim_{projection}_msgs"),
+                    &format!("sim_{projection}_ring_msgs")
+                ),
+                "{projection}: {r}"
+            );
+        }
     }
     let out = weft(&["bench", "bmg", "--nodes-list", "16,100"]);
     assert!(!out.status.success());

@@ -4,10 +4,12 @@
 //! measured: the one-way latency `L` (ping-pong) and the CPU per message `c` (relay ring), the
 //! nodes sharing the reactors' cores as they do for real.
 //!
-//! Four projections bracket the real run: connections free; each new connection's whole
+//! Six projections bracket the real run: connections free; each new connection's whole
 //! first-message cost charged as its sender's CPU; its CPU charged and the rest a wait on the
-//! wire ("split"); and the same with the wait of a connection dialed while every process dials
-//! ("storm", [`storm_connect`]), which is what the start is.
+//! wire ("split"); the same with the wait of a connection dialed while every process dials
+//! ("storm", [`storm_connect`]), which is what the start is; the split with the handshake
+//! waiting for busy cores ("queued"); and the storm with the cores working in reactor turns
+//! ("turns", [`TimedWorld::with_turns`]), as the engine's do.
 //!
 //! Both runs use the same spontaneous period and no refresh (the paper's simulator: a quiet
 //! process fires no more until a message changes its state), so the real run ends, and is
@@ -113,6 +115,16 @@ pub struct BmgBenchRow {
     pub sim_queued_msgs: u64,
     /// Of `sim_queued_msgs`, Algorithm 1's.
     pub sim_queued_ring_msgs: u64,
+    /// The storm projection with the cores working in reactor turns
+    /// ([`TimedWorld::with_turns`]): a core behind takes its whole backlog in one turn, the
+    /// turn's sends leave at its end, and a process fires at most once a turn, ms.
+    pub sim_turns_ms: f64,
+    /// `real_ms / sim_turns_ms`.
+    pub ratio_turns: f64,
+    /// Messages of the turns projection.
+    pub sim_turns_msgs: u64,
+    /// Of `sim_turns_msgs`, Algorithm 1's.
+    pub sim_turns_ring_msgs: u64,
     /// Measured cost of a connection dialed while every process dials its tree parent at
     /// once, on its first message, µs ([`storm_connect`]).
     pub storm_connect_us: f64,
@@ -289,13 +301,26 @@ fn real(
     Ok((settling.last, started, msgs, fingers, backend))
 }
 
+/// How a projection charges what the engine does besides messages.
+#[derive(Clone, Copy, Debug, Default)]
+struct Charges {
+    /// CPU of each new connection, charged to its sender.
+    connect: Duration,
+    /// Wait of each new connection on the wire.
+    wait: Duration,
+    /// The handshake's steps wait for their cores ([`TimedWorld::with_queued_handshake`]).
+    queued: bool,
+    /// The cores work in reactor turns ([`TimedWorld::with_turns`]).
+    turns: bool,
+}
+
 /// The timed simulator's run of the same tree: (time of the last quiet, messages).
 fn projected(
     tree: &Tree,
     spont: SpontaneousConfig,
     l: Duration,
     c: Duration,
-    (connect, wait, queued): (Duration, Duration, bool),
+    charges: Charges,
     cores: u32,
 ) -> (Duration, Sent) {
     let mut w = TimedWorld::new(
@@ -309,10 +334,13 @@ fn projected(
         },
     )
     .share_cores(cores)
-    .with_connect(connect)
-    .with_connect_wait(wait);
-    if queued {
+    .with_connect(charges.connect)
+    .with_connect_wait(charges.wait);
+    if charges.queued {
         w = w.with_queued_handshake();
+    }
+    if charges.turns {
+        w = w.with_turns();
     }
     w.start();
     let mut last = 0u64;
@@ -468,22 +496,24 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     };
     let wrong = wrong_fingers(&tree, &finals);
     let us = |x: f64| Duration::from_secs_f64(x / 1e6);
-    let project = |cpu_us: f64, wait_us: f64, queued: bool| {
-        projected(
-            &tree,
-            spont,
-            us(l_us),
-            us(c_us),
-            (us(cpu_us), us(wait_us), queued),
-            cores,
-        )
+    let project = |cpu_us: f64, wait_us: f64, queued: bool, turns: bool| {
+        let charges = Charges {
+            connect: us(cpu_us),
+            wait: us(wait_us),
+            queued,
+            turns,
+        };
+        projected(&tree, spont, us(l_us), us(c_us), charges, cores)
     };
-    let (sim_t, sim_msgs) = project(0.0, 0.0, false);
-    let (sim_connect_t, _) = project(connect_us, 0.0, false);
+    let (sim_t, sim_msgs) = project(0.0, 0.0, false, false);
+    let (sim_connect_t, _) = project(connect_us, 0.0, false, false);
     let split_wait = connect_us - connect_cpu_us;
-    let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, split_wait, false);
-    let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_us - connect_cpu_us, false);
-    let (sim_queued_t, sim_queued_msgs) = project(connect_cpu_us, split_wait, true);
+    let storm_wait = storm_us - connect_cpu_us;
+    let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, split_wait, false, false);
+    let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_wait, false, false);
+    let (sim_queued_t, sim_queued_msgs) = project(connect_cpu_us, split_wait, true, false);
+    let (sim_turns_t, sim_turns_msgs) = project(connect_cpu_us, storm_wait, false, true);
+    let sim_turns_ms = sim_turns_t.as_secs_f64() * 1e3;
     let sim_queued_ms = sim_queued_t.as_secs_f64() * 1e3;
     let sim_storm_ms = sim_storm_t.as_secs_f64() * 1e3;
     let real_ms = real_t.as_secs_f64() * 1e3;
@@ -517,6 +547,10 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio_queued: real_ms / sim_queued_ms.max(1e-9),
         sim_queued_msgs: sim_queued_msgs.all,
         sim_queued_ring_msgs: sim_queued_msgs.ring,
+        sim_turns_ms,
+        ratio_turns: real_ms / sim_turns_ms.max(1e-9),
+        sim_turns_msgs: sim_turns_msgs.all,
+        sim_turns_ring_msgs: sim_turns_msgs.ring,
         converged: wrong == 0,
         wrong,
         l_us,

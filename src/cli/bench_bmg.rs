@@ -88,7 +88,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
+            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
             "nodes",
             "tree",
             "real ms",
@@ -99,6 +99,8 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "split ms",
             "ratio",
             "storm ms",
+            "ratio",
+            "turns ms",
             "ratio",
             "msgs",
             "sim msgs",
@@ -117,7 +119,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
+                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
                 r.nodes,
                 r.tree,
                 r.real_ms,
@@ -129,6 +131,8 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                 r.ratio_split,
                 r.sim_storm_ms,
                 r.ratio_storm,
+                r.sim_turns_ms,
+                r.ratio_turns,
                 r.msgs,
                 r.sim_msgs,
                 r.l_us,
@@ -171,6 +175,9 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
                     x,
                     |r| r.sim_queued_ms,
                 ),
+                Series::of("simulator, storm wait + reactor turns", &rows, x, |r| {
+                    r.sim_turns_ms
+                }),
             ],
         )?;
     }

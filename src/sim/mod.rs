@@ -18,6 +18,7 @@ pub mod section2;
 pub mod stabilize;
 pub mod timed;
 pub mod tree;
+mod turns;
 pub mod world;
 
 pub use world::{AsyncPolicy, Scheduler, World};

@@ -21,6 +21,7 @@
 //! ([`TimedWorld::partition_at`]) until it heals.
 
 use super::faultnet::{FaultCounts, LinkFaults, Sides};
+use super::turns::{Held, Turns};
 use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::rng::SimRng;
 use crate::topology::torus::Torus;
@@ -105,6 +106,10 @@ enum Ev {
     },
     Wake {
         node: u32,
+    },
+    /// The open turn of a core has handled what it gathered: its held sends leave.
+    TurnEnd {
+        core: u32,
     },
     /// A partition forms: process `i` is on side `sides[i]`.
     Cut {
@@ -194,6 +199,8 @@ pub struct TimedWorld<P: Protocol> {
     /// their cores as messages do, each as long as the last event handled on that core
     /// waited for it (by CPU, the entry's value, ns).
     lag: Option<Vec<u64>>,
+    /// `Some`: cores work in reactor turns ([`Self::with_turns`]).
+    turns: Option<Turns<P::Msg>>,
     /// Per-message faults, their draws and what they did.
     faults: LinkFaults,
     fault_rng: SimRng,
@@ -243,6 +250,7 @@ impl<P: Protocol> TimedWorld<P> {
             connect: 0,
             connect_wait: 0,
             lag: None,
+            turns: None,
             faults: LinkFaults::NONE,
             fault_rng: SimRng::new(0),
             fault_counts: FaultCounts::default(),
@@ -344,6 +352,14 @@ impl<P: Protocol> TimedWorld<P> {
     /// grows with their backlog, as a real storm of dials does.
     pub fn with_queued_handshake(mut self) -> Self {
         self.lag = Some(vec![0; self.busy_until.len()]);
+        self
+    }
+
+    /// Each core works in reactor turns ([`super::turns`]): when it comes back from its work
+    /// it takes every event due by then, and of the sends that work makes only the first
+    /// leaves at once, the others when the turn's work is done.
+    pub fn with_turns(mut self) -> Self {
+        self.turns = Some(Turns::new(self.busy_until.len()));
         self
     }
 
@@ -564,44 +580,83 @@ impl<P: Protocol> TimedWorld<P> {
                     }
                 }
                 self.link(i, to);
-                let fate = self
-                    .faults
-                    .draw(&mut self.fault_rng, &mut self.fault_counts);
-                if fate.lost {
-                    continue;
-                }
-                let copy = fate.dup.and_then(|_| self.cloner.map(|c| c(&msg)));
-                let mut arrive =
-                    t + dialing + self.cfg.net.delay(i, to, &mut self.rng) + fate.extra;
-                if !fate.reordered {
-                    let last = self.last_arrival.entry((i, to)).or_insert(0);
-                    arrive = arrive.max(*last);
-                    *last = arrive;
-                }
-                let dup = fate.dup.zip(copy).map(|(after, c)| (arrive + after, c));
-                // The message, then its copy if the network duplicates it (no allocation: this
-                // runs for every message sent).
-                for (arrive, msg) in std::iter::once((arrive, msg)).chain(dup) {
-                    let slot = self.hold(msg);
-                    let incarnation = self.incarnation[to as usize];
-                    let from_incarnation = self.incarnation[i as usize];
-                    self.push(
-                        arrive,
-                        Ev::Deliver {
-                            to,
-                            from: i,
-                            slot,
-                            incarnation,
-                            departed: t,
-                            from_incarnation,
-                        },
-                    );
+                let held = Held {
+                    from: i,
+                    to,
+                    msg,
+                    dialing,
+                };
+                let cpu = self.cpu(i);
+                let now = match self.turns.as_mut() {
+                    Some(turns) => turns.send(cpu, held),
+                    None => Some(held),
+                };
+                if let Some(held) = now {
+                    self.dispatch(held, t);
                 }
             }
         }
         self.out = out;
         let cpu = self.cpu(i);
         self.busy_until[cpu] = t;
+    }
+
+    /// Put a send on the wire, leaving its sender at `t`: the network's faults, the latency,
+    /// FIFO per pair, then its delivery (and a copy's).
+    fn dispatch(&mut self, held: Held<P::Msg>, t: u64) {
+        let Held {
+            from: i,
+            to,
+            msg,
+            dialing,
+        } = held;
+        let fate = self
+            .faults
+            .draw(&mut self.fault_rng, &mut self.fault_counts);
+        if fate.lost {
+            return;
+        }
+        let copy = fate.dup.and_then(|_| self.cloner.map(|c| c(&msg)));
+        let mut arrive = t + dialing + self.cfg.net.delay(i, to, &mut self.rng) + fate.extra;
+        if !fate.reordered {
+            let last = self.last_arrival.entry((i, to)).or_insert(0);
+            arrive = arrive.max(*last);
+            *last = arrive;
+        }
+        let dup = fate.dup.zip(copy).map(|(after, c)| (arrive + after, c));
+        // The message, then its copy if the network duplicates it (no allocation: this runs
+        // for every message sent).
+        for (arrive, msg) in std::iter::once((arrive, msg)).chain(dup) {
+            let slot = self.hold(msg);
+            let incarnation = self.incarnation[to as usize];
+            let from_incarnation = self.incarnation[i as usize];
+            self.push(
+                arrive,
+                Ev::Deliver {
+                    to,
+                    from: i,
+                    slot,
+                    incarnation,
+                    departed: t,
+                    from_incarnation,
+                },
+            );
+        }
+    }
+
+    /// The turn of `core` is over: what it held leaves as its work ends.
+    fn end_turn(&mut self, core: u32) {
+        let Some(turns) = self.turns.as_mut() else {
+            return;
+        };
+        let mut held = turns.end(core as usize);
+        let t = self.busy_until[core as usize];
+        for h in held.drain(..) {
+            self.dispatch(h, t);
+        }
+        if let Some(turns) = self.turns.as_mut() {
+            turns.recycle(core as usize, held);
+        }
     }
 
     /// Handle the next event; returns the process that handled it (`Some(None)` if the event
@@ -653,6 +708,11 @@ impl<P: Protocol> TimedWorld<P> {
                 self.heal();
                 return Some(None);
             }
+            Ev::TurnEnd { core } => {
+                self.now = self.now.max(at);
+                self.end_turn(*core);
+                return Some(None);
+            }
             Ev::Kill { node } => {
                 let node = *node;
                 self.now = self.now.max(at);
@@ -702,6 +762,11 @@ impl<P: Protocol> TimedWorld<P> {
         }
         // A busy process handles the event when it is free.
         let cpu = self.cpu(node);
+        if let Some(turns) = self.turns.as_mut() {
+            if let Some(gather) = turns.reach(cpu, at, self.busy_until[cpu]) {
+                self.push(gather, Ev::TurnEnd { core: cpu as u32 });
+            }
+        }
         let start = at.max(self.busy_until[cpu]);
         if let Some(lag) = self.lag.as_mut() {
             lag[cpu] = start - at;
@@ -732,7 +797,12 @@ impl<P: Protocol> TimedWorld<P> {
             Ev::Suspect { at, peer } => {
                 self.nodes[at as usize].on_suspect(now, NodeId(peer as u64), &mut self.out);
             }
-            Ev::Start { .. } | Ev::Kill { .. } | Ev::Hang { .. } | Ev::Cut { .. } | Ev::Heal => {
+            Ev::Start { .. }
+            | Ev::Kill { .. }
+            | Ev::Hang { .. }
+            | Ev::Cut { .. }
+            | Ev::Heal
+            | Ev::TurnEnd { .. } => {
                 unreachable!("handled above")
             }
             Ev::Timer {
@@ -865,6 +935,42 @@ mod tests {
         let (queued, sent_q) = run(Some(1), 2, true);
         assert_eq!(sent, sent_q);
         assert!(queued > plain, "queued {queued} ns, plain {plain} ns");
+    }
+
+    /// Turns change nothing where every turn has one event (one token, each process on a
+    /// CPU of its own), and hold sends back where a core is behind (eight tokens on one core:
+    /// a turn gathers several, and of the sends it makes only the first leaves at once): the
+    /// same messages, a later end.
+    #[test]
+    fn turns_hold_sends_only_when_a_core_is_behind() {
+        let run = |cores: Option<u32>, tokens: u64, turns: bool| {
+            let n = 8u64;
+            let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, tokens, 20)).collect();
+            let cfg = TimedConfig {
+                net: Net::Constant {
+                    l: Duration::from_micros(20),
+                },
+                ocp: Duration::from_micros(5),
+                send: Duration::from_micros(5),
+                detect: Duration::ZERO,
+            };
+            let mut w = TimedWorld::new(nodes, cfg);
+            if let Some(k) = cores {
+                w = w.share_cores(k);
+            }
+            if turns {
+                w = w.with_turns();
+            }
+            w.start();
+            while w.step().is_some() {}
+            assert_eq!(w.in_flight(), 0);
+            (w.now(), w.sent)
+        };
+        assert_eq!(run(None, 1, false), run(None, 1, true));
+        let (plain, sent) = run(Some(1), 8, false);
+        let (turns, sent_t) = run(Some(1), 8, true);
+        assert_eq!(sent, sent_t);
+        assert!(turns > plain, "turns {turns} ns, plain {plain} ns");
     }
 
     /// A long run reuses the slots of delivered messages: memory follows the messages in
