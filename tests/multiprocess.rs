@@ -275,3 +275,46 @@ fn node_processes_die_with_their_bench() {
         }
     }
 }
+
+/// A node process killed while `bench bmg --procs` starts its job ends the bench with an
+/// error that names the node and how it ended, not a bare "Broken pipe".
+#[test]
+fn a_bmg_node_killed_at_the_start_is_named() {
+    let bench = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "bmg", "--procs", "--nodes-list", "64"])
+        .env_remove("WEFT_BACKEND")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    // The first node process up: its id is on its command line.
+    let (victim, id) = loop {
+        let found = children_of(bench.id()).into_iter().find_map(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+            let args: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let at = args.iter().position(|a| a == "--id")?;
+            Some((p, args.get(at + 1)?.clone()))
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bench started no nodes"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // SAFETY: kill of our own child's child, whose pid we just read.
+    unsafe { libc::kill(victim as libc::pid_t, libc::SIGKILL) };
+    let out = bench.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("node {id}")) && err.contains("SIGKILL"),
+        "{err}"
+    );
+}

@@ -42,6 +42,19 @@ fn failed(what: impl std::fmt::Display) -> BenchError {
     BenchError::Config(format!("node processes: {what}"))
 }
 
+/// How `child` ended, if it did within a moment, for an error about it: " (it ended, signal:
+/// 9 (SIGKILL))"; empty if it still runs. A pipe closes as its process dies, a moment before
+/// the process can be waited for.
+fn ended(child: &mut Child) -> String {
+    for _ in 0..100 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return format!(" (it ended, {status})");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    String::new()
+}
+
 /// Have the child die with its launcher, however the launcher ends (SIGINT, SIGTERM, SIGKILL:
 /// `Job`'s drop runs only for the first two, and only if they unwind): the kernel sends it
 /// SIGKILL when the thread that started it exits (`PR_SET_PDEATHSIG`). A launcher that died
@@ -116,13 +129,26 @@ pub(crate) fn spawn(
             .spawn()
             .map_err(|e| failed(format!("start {}: {e}", exe.display())))?;
         let stdout = c.stdout.take().ok_or_else(|| failed("no stdout"))?;
-        job.children.push(Some(c));
         let mut out = BufReader::new(stdout);
         let mut first = String::new();
-        out.read_line(&mut first).map_err(failed)?;
-        let addr =
-            stdio::parse_listening(first.trim()).map_err(|e| failed(format!("node {id}: {e}")))?;
-        job.addrs.insert(NodeId(id), addr);
+        let read = out.read_line(&mut first);
+        // In the job before anything can fail: its drop kills what it started.
+        job.children.push(Some(c));
+        let why = match read.map(|_| stdio::parse_listening(first.trim())) {
+            Ok(Ok(addr)) => {
+                job.addrs.insert(NodeId(id), addr);
+                None
+            }
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            let how = job.children.last_mut().and_then(Option::as_mut).map(ended);
+            return Err(failed(format!(
+                "node {id}: {why}{}",
+                how.unwrap_or_default()
+            )));
+        }
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
@@ -154,9 +180,16 @@ impl Job {
         &mut self,
         mut write: impl FnMut(&mut std::process::ChildStdin) -> std::io::Result<()>,
     ) -> Result<(), BenchError> {
-        for c in self.children.iter_mut().flatten() {
-            let stdin = c.stdin.as_mut().ok_or_else(|| failed("no stdin"))?;
-            write(stdin).map_err(failed)?;
+        for (id, c) in self.children.iter_mut().enumerate() {
+            let Some(c) = c else { continue };
+            let stdin = c
+                .stdin
+                .as_mut()
+                .ok_or_else(|| failed(format!("node {id} has no stdin")))?;
+            if let Err(e) = write(stdin) {
+                // Most often the process is gone: say which, and how it ended.
+                return Err(failed(format!("writing to node {id}: {e}{}", ended(c))));
+            }
         }
         Ok(())
     }
