@@ -914,6 +914,8 @@ fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
         "{r}"
     );
     assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
+    // The nodes' CPU is in their own processes: not claimed.
+    assert!(r["real_cpu_ms"].is_null(), "{r}");
     let r = one_json(&succeed(&[
         "bench",
         "bmg",
@@ -1015,6 +1017,8 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["sim_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
+        // In-process, the job's CPU over the construction is measured.
+        assert!(r["real_cpu_ms"].as_f64().unwrap() > 0.0, "{r}");
         // From a clean start every process's rule 1 of Algorithm 2 fires once, with its final
         // ring neighbors: the BMG's messages are the tree's, in the real run as projected;
         // only the ring's re-firings differ.

@@ -115,6 +115,13 @@ pub struct BmgBenchRow {
     pub sim_queued_msgs: u64,
     /// Of `sim_queued_msgs`, Algorithm 1's.
     pub sim_queued_ring_msgs: u64,
+    /// Real, in-process: the CPU of every node (reactors and the kernel's socket work) from
+    /// the moment all ran to the last quiet, ms; none with `--procs`. Against `real_ms −
+    /// start_ms` it says how busy the cores were, and per message what the run really cost
+    /// beside `c_us`.
+    pub real_cpu_ms: Option<f64>,
+    /// `real_cpu_ms` per message sent, connections included, µs.
+    pub real_cpu_us_per_msg: Option<f64>,
     /// The storm projection with the cores working in reactor turns
     /// ([`TimedWorld::with_turns`]): a core behind takes its whole backlog in one turn, the
     /// turn's sends leave at its end, and a process fires at most once a turn, ms.
@@ -227,9 +234,22 @@ impl Settling {
     }
 }
 
-/// What a real run gives: (time to the last quiet, time until every node ran, messages,
-/// final neighbors, backend).
-pub(crate) type RealRun = (Duration, Duration, Sent, Vec<Fingers>, String);
+/// What a real run gives.
+pub(crate) struct RealRun {
+    /// From the start to the last process going quiet.
+    pub(crate) last: Duration,
+    /// From the start until every node ran.
+    pub(crate) started: Duration,
+    /// Messages sent.
+    pub(crate) msgs: Sent,
+    /// Every process's final neighbors.
+    pub(crate) fingers: Vec<Fingers>,
+    /// What the nodes ran on.
+    pub(crate) backend: String,
+    /// CPU of every node from the moment all ran to the last quiet, where one process
+    /// holds them all (in-process).
+    pub(crate) cpu: Option<Duration>,
+}
 
 /// Messages of a run: all, and Algorithm 1's among them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -266,6 +286,9 @@ fn real(
     })?;
     let start = c.epoch;
     let started = start.elapsed();
+    // The job's CPU: every reactor's, with the kernel's work on their sockets.
+    let cpu_at_start = crate::engine::process_cpu();
+    let mut cpu_at_quiet = cpu_at_start;
     let deadline = Instant::now() + cfg.timeout;
     let mut settling = Settling::new(n);
     loop {
@@ -276,6 +299,7 @@ fn real(
         };
         match c.events.recv_timeout(wait) {
             Ok((id, NodeEvent::Protocol(Event::Quiet))) => {
+                cpu_at_quiet = crate::engine::process_cpu();
                 settling.quiet(id.0 as usize, start.elapsed());
             }
             Ok((id, NodeEvent::Protocol(Event::Woke))) => settling.woke(id.0 as usize),
@@ -298,7 +322,14 @@ fn real(
     let finals = c.stop_all()?;
     let msgs = Sent::of(&finals);
     let fingers = finals.iter().map(Fingers::of).collect();
-    Ok((settling.last, started, msgs, fingers, backend))
+    Ok(RealRun {
+        last: settling.last,
+        started,
+        msgs,
+        fingers,
+        backend,
+        cpu: Some(cpu_at_quiet.saturating_sub(cpu_at_start)),
+    })
 }
 
 /// How a projection charges what the engine does besides messages.
@@ -482,7 +513,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let connect_us = connect_cost(&cfg.opts, 15)?;
     let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
     let storm_us = storm_connect(&cfg.opts, &tree, l_us)?.max(connect_cpu_us);
-    let (real_t, start_t, msgs, finals, backend) = match &cfg.procs {
+    let run = match &cfg.procs {
         None => real(&tree, spont, cfg)?,
         Some(exe) => super::bmg_procs::real(
             exe,
@@ -494,6 +525,14 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
             cfg.timeout,
         )?,
     };
+    let RealRun {
+        last: real_t,
+        started: start_t,
+        msgs,
+        fingers: finals,
+        backend,
+        cpu,
+    } = run;
     let wrong = wrong_fingers(&tree, &finals);
     let us = |x: f64| Duration::from_secs_f64(x / 1e6);
     let project = |cpu_us: f64, wait_us: f64, queued: bool, turns: bool| {
@@ -547,6 +586,8 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio_queued: real_ms / sim_queued_ms.max(1e-9),
         sim_queued_msgs: sim_queued_msgs.all,
         sim_queued_ring_msgs: sim_queued_msgs.ring,
+        real_cpu_ms: cpu.map(|c| c.as_secs_f64() * 1e3),
+        real_cpu_us_per_msg: cpu.map(|c| c.as_secs_f64() * 1e6 / msgs.all.max(1) as f64),
         sim_turns_ms,
         ratio_turns: real_ms / sim_turns_ms.max(1e-9),
         sim_turns_msgs: sim_turns_msgs.all,

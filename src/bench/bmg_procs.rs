@@ -307,7 +307,15 @@ pub(crate) fn real(
     }
     let (msgs, finals) = finals(&mut job, n, timeout)?;
     let backend = backends.into_iter().collect::<Vec<_>>().join("+");
-    Ok((settling.last, started, msgs, finals, backend))
+    Ok(RealRun {
+        last: settling.last,
+        started,
+        msgs,
+        fingers: finals,
+        backend,
+        // Each node's CPU is its own process's: not summed here.
+        cpu: None,
+    })
 }
 
 /// One round of asking every process for its counters.
