@@ -131,24 +131,18 @@ pub(crate) fn spawn(
         let stdout = c.stdout.take().ok_or_else(|| failed("no stdout"))?;
         let mut out = BufReader::new(stdout);
         let mut first = String::new();
-        let read = out.read_line(&mut first);
+        let listening = out
+            .read_line(&mut first)
+            .map_err(|e| e.to_string())
+            .and_then(|_| stdio::parse_listening(first.trim()).map_err(|e| e.to_string()));
+        let how = match listening {
+            Ok(_) => String::new(),
+            Err(_) => ended(&mut c),
+        };
         // In the job before anything can fail: its drop kills what it started.
         job.children.push(Some(c));
-        let why = match read.map(|_| stdio::parse_listening(first.trim())) {
-            Ok(Ok(addr)) => {
-                job.addrs.insert(NodeId(id), addr);
-                None
-            }
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(e.to_string()),
-        };
-        if let Some(why) = why {
-            let how = job.children.last_mut().and_then(Option::as_mut).map(ended);
-            return Err(failed(format!(
-                "node {id}: {why}{}",
-                how.unwrap_or_default()
-            )));
-        }
+        let addr = listening.map_err(|why| failed(format!("node {id}: {why}{how}")))?;
+        job.addrs.insert(NodeId(id), addr);
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {

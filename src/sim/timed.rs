@@ -522,6 +522,7 @@ impl<P: Protocol> TimedWorld<P> {
 
     fn apply(&mut self, i: u32, start: u64) {
         let mut t = start + self.cfg.ocp.as_nanos() as u64;
+        let cpu = self.cpu(i);
         // The outbox's own storage, not a fresh Vec per event (no protocol runs in this loop).
         let mut out = std::mem::take(&mut self.out);
         for a in out.drain() {
@@ -586,7 +587,6 @@ impl<P: Protocol> TimedWorld<P> {
                     msg,
                     dialing,
                 };
-                let cpu = self.cpu(i);
                 let now = match self.turns.as_mut() {
                     Some(turns) => turns.send(cpu, held),
                     None => Some(held),
@@ -597,7 +597,6 @@ impl<P: Protocol> TimedWorld<P> {
             }
         }
         self.out = out;
-        let cpu = self.cpu(i);
         self.busy_until[cpu] = t;
     }
 
@@ -900,6 +899,33 @@ mod tests {
         }
     }
 
+    /// Eight relays passing `tokens` tokens for 20 laps (5 µs to handle an event, 5 µs to
+    /// send, latency `l`) on `cores` shared CPUs (`None`: one each), the world set up further
+    /// by `with`: (the end, messages sent).
+    fn relay_run(
+        cores: Option<u32>,
+        tokens: u64,
+        l: Duration,
+        with: impl FnOnce(TimedWorld<Relay>) -> TimedWorld<Relay>,
+    ) -> (u64, u64) {
+        let n = 8u64;
+        let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, tokens, 20)).collect();
+        let cfg = TimedConfig {
+            net: Net::Constant { l },
+            ocp: Duration::from_micros(5),
+            send: Duration::from_micros(5),
+            detect: Duration::ZERO,
+        };
+        let mut w = with(TimedWorld::new(nodes, cfg));
+        if let Some(k) = cores {
+            w = w.share_cores(k);
+        }
+        w.start();
+        while w.step().is_some() {}
+        assert_eq!(w.in_flight(), 0);
+        (w.now(), w.sent)
+    }
+
     /// A queued handshake costs nothing more where no core is behind (each process on a CPU
     /// of its own, one token), and makes connections wait where the cores are (eight
     /// processes on one core, two tokens: the links past the first two open while the core
@@ -907,28 +933,16 @@ mod tests {
     #[test]
     fn a_queued_handshake_waits_for_busy_cores_only() {
         let run = |cores: Option<u32>, tokens: u64, queued: bool| {
-            let n = 8u64;
-            let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, tokens, 20)).collect();
-            let cfg = TimedConfig {
-                net: Net::Constant {
-                    l: Duration::from_micros(1),
-                },
-                ocp: Duration::from_micros(5),
-                send: Duration::from_micros(5),
-                detect: Duration::ZERO,
-            };
-            let mut w = TimedWorld::new(nodes, cfg)
-                .with_connect(Duration::from_micros(50))
-                .with_connect_wait(Duration::from_micros(50));
-            if let Some(k) = cores {
-                w = w.share_cores(k);
-            }
-            if queued {
-                w = w.with_queued_handshake();
-            }
-            w.start();
-            while w.step().is_some() {}
-            (w.now(), w.sent)
+            relay_run(cores, tokens, Duration::from_micros(1), |w| {
+                let w = w
+                    .with_connect(Duration::from_micros(50))
+                    .with_connect_wait(Duration::from_micros(50));
+                if queued {
+                    w.with_queued_handshake()
+                } else {
+                    w
+                }
+            })
         };
         assert_eq!(run(None, 1, false), run(None, 1, true));
         let (plain, sent) = run(Some(1), 2, false);
@@ -944,27 +958,13 @@ mod tests {
     #[test]
     fn turns_hold_sends_only_when_a_core_is_behind() {
         let run = |cores: Option<u32>, tokens: u64, turns: bool| {
-            let n = 8u64;
-            let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, tokens, 20)).collect();
-            let cfg = TimedConfig {
-                net: Net::Constant {
-                    l: Duration::from_micros(20),
-                },
-                ocp: Duration::from_micros(5),
-                send: Duration::from_micros(5),
-                detect: Duration::ZERO,
-            };
-            let mut w = TimedWorld::new(nodes, cfg);
-            if let Some(k) = cores {
-                w = w.share_cores(k);
-            }
-            if turns {
-                w = w.with_turns();
-            }
-            w.start();
-            while w.step().is_some() {}
-            assert_eq!(w.in_flight(), 0);
-            (w.now(), w.sent)
+            relay_run(cores, tokens, Duration::from_micros(20), |w| {
+                if turns {
+                    w.with_turns()
+                } else {
+                    w
+                }
+            })
         };
         assert_eq!(run(None, 1, false), run(None, 1, true));
         let (plain, sent) = run(Some(1), 8, false);
