@@ -916,6 +916,8 @@ fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
     assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
     // The nodes' CPU is in their own processes: not claimed.
     assert!(r["real_cpu_ms"].is_null(), "{r}");
+    // Their leaves' firings are: every leaf fires at least once (its first `Info`).
+    assert!(r["leaf_fires"].as_f64().unwrap() >= 1.0, "{r}");
     let r = one_json(&succeed(&[
         "bench",
         "bmg",
@@ -1019,6 +1021,10 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
         // In-process, the job's CPU over the construction is measured.
         assert!(r["real_cpu_ms"].as_f64().unwrap() > 0.0, "{r}");
+        // Every leaf fires at least once (its first `Info`), for real and projected.
+        for fires in ["leaf_fires", "sim_turns_leaf_fires"] {
+            assert!(r[fires].as_f64().unwrap() >= 1.0, "{fires}: {r}");
+        }
         // From a clean start every process's rule 1 of Algorithm 2 fires once, with its final
         // ring neighbors: the BMG's messages are the tree's, in the real run as projected;
         // only the ring's re-firings differ.

@@ -132,6 +132,13 @@ pub struct BmgBenchRow {
     pub sim_turns_msgs: u64,
     /// Of `sim_turns_msgs`, Algorithm 1's.
     pub sim_turns_ring_msgs: u64,
+    /// Real: times a leaf's spontaneous rules fired, mean over the leaves. Each firing
+    /// re-sends `Info` until the leaf's successor answers, so this, against
+    /// [`BmgBenchRow::sim_turns_leaf_fires`], says whether the real reactors take their timers
+    /// more often than the projection's cores do (the ring messages follow it).
+    pub leaf_fires: f64,
+    /// Of the turns projection, the same.
+    pub sim_turns_leaf_fires: f64,
     /// Measured cost of a connection dialed while every process dials its tree parent at
     /// once, on its first message, µs ([`storm_connect`]).
     pub storm_connect_us: f64,
@@ -251,25 +258,37 @@ pub(crate) struct RealRun {
     pub(crate) cpu: Option<Duration>,
 }
 
-/// Messages of a run: all, and Algorithm 1's among them.
+/// Messages of a run: all, and Algorithm 1's among them; and how often the leaves fired.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sent {
     pub(crate) all: u64,
     pub(crate) ring: u64,
+    /// Firings of the leaves' spontaneous rules, summed.
+    leaf_fired: u64,
+    leaves: u64,
 }
 
 impl Sent {
     fn of(nodes: &[Overlay]) -> Self {
-        nodes
-            .iter()
-            .fold(Self::default(), |s, o| s.add(o.sent(), o.ring_sent()))
+        nodes.iter().fold(Self::default(), |s, o| {
+            let leaf = o.ring.is_leaf().then(|| o.fired());
+            s.add(o.sent(), o.ring_sent(), leaf)
+        })
     }
 
-    pub(crate) fn add(self, all: u64, ring: u64) -> Self {
+    /// One process's counts; `leaf_fired`: how often it fired, if a leaf.
+    pub(crate) fn add(self, all: u64, ring: u64, leaf_fired: Option<u64>) -> Self {
         Self {
             all: self.all + all,
             ring: self.ring + ring,
+            leaf_fired: self.leaf_fired + leaf_fired.unwrap_or(0),
+            leaves: self.leaves + u64::from(leaf_fired.is_some()),
         }
+    }
+
+    /// Times a leaf fired, mean over the leaves.
+    fn leaf_fires(&self) -> f64 {
+        self.leaf_fired as f64 / self.leaves.max(1) as f64
     }
 }
 
@@ -592,6 +611,8 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio_turns: real_ms / sim_turns_ms.max(1e-9),
         sim_turns_msgs: sim_turns_msgs.all,
         sim_turns_ring_msgs: sim_turns_msgs.ring,
+        leaf_fires: msgs.leaf_fires(),
+        sim_turns_leaf_fires: sim_turns_msgs.leaf_fires(),
         converged: wrong == 0,
         wrong,
         l_us,

@@ -217,6 +217,7 @@ pub fn node(
     say(
         out,
         json!({"node": me.0, "kind": "final", "sent": last.sent(), "ring_sent": last.ring_sent(),
+               "leaf_fired": last.ring.is_leaf().then(|| last.fired()),
                "fingers": Fingers::of(&last), "mono_ns": monotonic_ns()}),
     )
 }
@@ -369,7 +370,7 @@ fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers
                 .map_err(|e| failed(format!("process {id}'s final neighbors: {e}")))?;
             *slot = Some(f);
             let count = |k: &str| r[k].as_u64().unwrap_or(0);
-            msgs = msgs.add(count("sent"), count("ring_sent"));
+            msgs = msgs.add(count("sent"), count("ring_sent"), r["leaf_fired"].as_u64());
             left -= 1;
         }
     }

@@ -55,6 +55,9 @@ pub struct Overlay {
     received: u32,
     /// Of `sent`, Algorithm 1's (the ring's re-firings are what a slow start multiplies).
     ring_sent: u32,
+    /// Times the spontaneous rules fired: a driver that takes its timers more often than
+    /// another fires them more often, and the ring's messages follow.
+    fired: u32,
 }
 
 impl Overlay {
@@ -68,6 +71,7 @@ impl Overlay {
             sent: 0,
             received: 0,
             ring_sent: 0,
+            fired: 0,
         }
     }
 
@@ -79,6 +83,11 @@ impl Overlay {
     /// Of [`Overlay::sent`], the messages of Algorithm 1 (the ring).
     pub fn ring_sent(&self) -> u64 {
         u64::from(self.ring_sent)
+    }
+
+    /// Times the spontaneous rules fired.
+    pub fn fired(&self) -> u64 {
+        u64::from(self.fired)
     }
 
     /// Messages this process has received (both algorithms).
@@ -145,6 +154,7 @@ impl Protocol for Overlay {
             return;
         }
         let before = out.sends();
+        self.fired = self.fired.wrapping_add(1);
         // A quiet process firing is the refresh: every rule fires, settled or not.
         let refresh = self.spont.is_quiet();
         if refresh || !self.ring.settled() {
@@ -191,5 +201,24 @@ mod tests {
             "{}",
             std::mem::size_of::<Overlay>()
         );
+    }
+
+    /// Only the spontaneous timer counts as a firing, and a leaf re-sends `Info` each time.
+    #[test]
+    fn firings_are_counted() {
+        let spont = SpontaneousConfig {
+            period: std::time::Duration::from_millis(1),
+            refresh: None,
+        };
+        let ring = Ring::new(NodeId(1), Some(NodeId(0)), vec![]);
+        assert!(ring.is_leaf());
+        let mut leaf = Overlay::new(ring, 2, spont);
+        let mut out = Outbox::new();
+        leaf.on_start(Time(0), &mut out);
+        leaf.on_timer(Time(1), OVERLAY_TIMER, &mut out);
+        leaf.on_timer(Time(2), TimerId(OVERLAY_TIMER.0 + 1), &mut out);
+        leaf.on_timer(Time(3), OVERLAY_TIMER, &mut out);
+        assert_eq!((leaf.fired(), leaf.ring_sent()), (2, 2));
+        assert!(!Ring::new(NodeId(0), None, vec![NodeId(1)]).is_leaf());
     }
 }

@@ -90,6 +90,11 @@ impl Ring {
         self.children.iter().filter_map(|c| c.get())
     }
 
+    /// A leaf of the launch tree (rule 3's process: it looks for its successor with `Info`).
+    pub fn is_leaf(&self) -> bool {
+        self.children.is_empty() && self.parent().is_some()
+    }
+
     fn first_child(&self) -> Option<NodeId> {
         self.children.first().and_then(|c| c.get())
     }
