@@ -154,8 +154,8 @@ pub(super) trait Backend: Sized {
         id: ConnId,
     ) -> std::io::Result<()>;
 
-    /// A connection closes: stop watching its socket.
-    fn forget(&mut self, poll: &Poll, stream: &mut TcpStream);
+    /// Connection `id` closes: stop watching its socket.
+    fn forget(&mut self, poll: &Poll, stream: &mut TcpStream, id: ConnId);
 
     /// Descriptors are about to close: io_uring names a socket by its number and looks it up
     /// when it submits a request, not when it is queued, so whatever is queued goes first. An

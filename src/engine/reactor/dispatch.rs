@@ -239,7 +239,8 @@ where
         self.timers.cancel(Due::Handshake(slot));
         let held = self.held.remove(&slot).unwrap_or_default();
         let h = conn.host;
-        self.io.forget(&self.poll, &mut conn.stream);
+        self.io
+            .forget(&self.poll, &mut conn.stream, (slot, conn.generation));
         // A released connection's end is no failure when the goodbyes were exchanged: ours
         // answered, or theirs answered and their end of the stream come (`release.rs`). Any
         // other end of it is the peer failing during the goodbye, suspected below.

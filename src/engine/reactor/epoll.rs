@@ -169,7 +169,7 @@ impl Backend for Epoll {
         register_conn(poll, stream, slot)
     }
 
-    fn forget(&mut self, poll: &Poll, stream: &mut TcpStream) {
+    fn forget(&mut self, poll: &Poll, stream: &mut TcpStream, _: ConnId) {
         let _ = poll.registry().deregister(stream);
     }
 

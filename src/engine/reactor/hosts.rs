@@ -192,7 +192,8 @@ where
         }
         for slot in self.conns.of_host(h) {
             if let Some(mut conn) = self.conns.take(slot) {
-                self.io.forget(&self.poll, &mut conn.stream);
+                self.io
+                    .forget(&self.poll, &mut conn.stream, (slot, conn.generation));
                 match ending {
                     Ending::Close => {
                         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
