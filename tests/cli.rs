@@ -1014,6 +1014,8 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         );
         assert_eq!(r["nodes"], n);
         assert_eq!(r["tree"], "binomial");
+        // Both runs back off alike, by default as a real node does.
+        assert_eq!(r["backoff"], 5, "{r}");
         assert_eq!(r["converged"], true, "{r}");
         assert_eq!(r["wrong"], 0, "{r}");
         assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");
@@ -1053,6 +1055,13 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "refused before any run");
+    let out = weft(&["bench", "bmg", "--backoff", "17"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--backoff"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A random launch tree of any size, and the plot of both times.
     let dir = scratch("bench-bmg");
     let svg = dir.join("bmg.svg");

@@ -40,6 +40,9 @@ pub struct BmgBenchConfig {
     pub seed: u64,
     /// Firing period of the spontaneous rules.
     pub period: Duration,
+    /// Doublings of the period a process waiting for an answer allows
+    /// ([`SpontaneousConfig::backoff`]; 0: fixed, the paper's simulator).
+    pub backoff: u8,
     /// After the last process went quiet, how long nothing may wake one for the run to end.
     pub settle: Duration,
     /// Engine settings.
@@ -159,6 +162,8 @@ pub struct BmgBenchRow {
     pub cores: u32,
     /// Spontaneous period, µs.
     pub period_us: f64,
+    /// Doublings of the period allowed while a process waits for an answer.
+    pub backoff: u8,
     /// What the nodes ran on.
     pub backend: String,
     /// One OS process per node (`--procs`); the costs are still measured on in-process
@@ -527,6 +532,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let spont = SpontaneousConfig {
         period: cfg.period,
         refresh: None,
+        backoff: cfg.backoff,
     };
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
     let connect_us = connect_cost(&cfg.opts, 15)?;
@@ -538,7 +544,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
             exe,
             &tree,
             (cfg.tree, cfg.degree, cfg.seed),
-            cfg.period,
+            spont,
             cfg.settle,
             &cfg.opts,
             cfg.timeout,
@@ -621,6 +627,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         connect_cpu_us,
         cores,
         period_us: cfg.period.as_secs_f64() * 1e6,
+        backoff: cfg.backoff,
         backend,
         procs: cfg.procs.is_some(),
     })
@@ -637,6 +644,7 @@ mod tests {
         let spont = SpontaneousConfig {
             period: Duration::from_micros(100),
             refresh: None,
+            backoff: 0,
         };
         assert_eq!(wrong_fingers(&tree, &overlays(&tree, spont)), 32);
         let mut w = TimedWorld::new(

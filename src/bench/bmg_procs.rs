@@ -78,6 +78,8 @@ pub struct BmgNode {
     pub tree: (TreeKind, u32, u64),
     /// Firing period of the spontaneous rules (no refresh, as in `weft bench bmg`).
     pub period: Duration,
+    /// Doublings of the period while a process waits ([`SpontaneousConfig::backoff`]).
+    pub backoff: u8,
     /// Engine settings.
     pub opts: NodeOptions,
 }
@@ -128,6 +130,7 @@ pub fn node(
     let spont = SpontaneousConfig {
         period: cfg.period,
         refresh: None,
+        backoff: cfg.backoff,
     };
     let (tx, rx) = channel();
     let (etx, erx) = channel();
@@ -228,7 +231,7 @@ pub(crate) fn real(
     exe: &Path,
     tree: &Tree,
     (kind, degree, seed): (TreeKind, u32, u64),
-    period: Duration,
+    spont: SpontaneousConfig,
     settle: Duration,
     opts: &NodeOptions,
     timeout: Duration,
@@ -240,7 +243,8 @@ pub(crate) fn real(
         cmd.args(["bench", "bmg-node", "--id", &id.to_string()])
             .args(["--nodes", &n.to_string(), "--tree", &kind.to_string()])
             .args(["--degree", &degree.to_string(), "--seed", &seed.to_string()])
-            .args(["--period-us", &period.as_micros().to_string()])
+            .args(["--period-us", &spont.period.as_micros().to_string()])
+            .args(["--backoff", &spont.backoff.to_string()])
             .args(["--wait", &wait])
             .args(forced.iter().flat_map(|b| ["--backend", b.as_str()]));
     })?;

@@ -30,6 +30,10 @@ pub struct BenchBmgArgs {
     /// Firing period of the spontaneous rules, µs.
     #[arg(long, default_value_t = 1000)]
     period_us: u64,
+    /// Times the period may double while a process waits for an answer (0: a fixed period,
+    /// as in the paper's simulator; the real and projected runs both use it).
+    #[arg(long, default_value_t = weft::proto::spontaneous::DEFAULT_BACKOFF)]
+    backoff: u8,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
@@ -45,6 +49,11 @@ pub struct BenchBmgArgs {
 /// Run `weft bench bmg`.
 pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     super::checks::within("--period-us", a.period_us, 10..=1_000_000)?;
+    super::checks::within(
+        "--backoff",
+        a.backoff,
+        0..=weft::proto::spontaneous::MAX_BACKOFF,
+    )?;
     super::checks::distinct("--nodes-list", &a.nodes_list)?;
     super::checks::within("--degree", a.degree, 1..=1024)?;
     if let Some(p) = &a.plot {
@@ -56,6 +65,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
         degree: a.degree,
         seed,
         period: Duration::from_micros(a.period_us),
+        backoff: a.backoff,
         settle: Duration::from_micros(a.period_us * 50).max(Duration::from_millis(50)),
         opts: weft::bench::stabilize::job_options(
             a.engine.wait.into(),

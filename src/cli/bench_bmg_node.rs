@@ -29,6 +29,9 @@ pub struct BenchBmgNodeArgs {
     /// Firing period of the spontaneous rules, µs.
     #[arg(long)]
     period_us: u64,
+    /// Times the period may double while the process waits for an answer.
+    #[arg(long, default_value_t = weft::proto::spontaneous::DEFAULT_BACKOFF)]
+    backoff: u8,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -36,6 +39,11 @@ pub struct BenchBmgNodeArgs {
 /// Run `weft bench bmg-node`.
 pub fn run(a: BenchBmgNodeArgs) -> anyhow::Result<()> {
     super::checks::within("--period-us", a.period_us, 10..=1_000_000)?;
+    super::checks::within(
+        "--backoff",
+        a.backoff,
+        0..=weft::proto::spontaneous::MAX_BACKOFF,
+    )?;
     let key = JobKey::from_env()?
         .ok_or_else(|| anyhow::anyhow!("a BMG node process needs WEFT_JOB_KEY"))?;
     weft::transport::process::die_with_parent()?;
@@ -44,6 +52,7 @@ pub fn run(a: BenchBmgNodeArgs) -> anyhow::Result<()> {
         nodes: a.nodes,
         tree: (a.tree.into(), a.degree, a.seed),
         period: Duration::from_micros(a.period_us),
+        backoff: a.backoff,
         opts: weft::transport::NodeOptions {
             backend: a.engine.backend.map(Into::into),
             reactor: weft::engine::ReactorOptions {

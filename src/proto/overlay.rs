@@ -135,6 +135,7 @@ impl Protocol for Overlay {
         out: &mut Outbox<OverlayMsg>,
     ) {
         let before = out.sends();
+        let version = self.state_version();
         self.received = self.received.wrapping_add(1);
         match msg {
             OverlayMsg::Ring(m) => {
@@ -145,6 +146,9 @@ impl Protocol for Overlay {
                 }
             }
             OverlayMsg::Bmg(m) => self.bmg.handle(m, out),
+        }
+        if self.state_version() != version {
+            self.spont.progress();
         }
         self.sent = self.sent.wrapping_add((out.sends() - before) as u32);
     }
@@ -209,6 +213,7 @@ mod tests {
         let spont = SpontaneousConfig {
             period: std::time::Duration::from_millis(1),
             refresh: None,
+            backoff: 0,
         };
         let ring = Ring::new(NodeId(1), Some(NodeId(0)), vec![]);
         assert!(ring.is_leaf());
@@ -220,5 +225,38 @@ mod tests {
         leaf.on_timer(Time(3), OVERLAY_TIMER, &mut out);
         assert_eq!((leaf.fired(), leaf.ring_sent()), (2, 2));
         assert!(!Ring::new(NodeId(0), None, vec![NodeId(1)]).is_leaf());
+    }
+
+    /// A leaf waiting for its successor re-sends `Info` ever more slowly; news from its
+    /// parent (here its predecessor) brings the period back.
+    #[test]
+    fn a_waiting_leaf_backs_off_and_news_resets_it() {
+        let spont = SpontaneousConfig {
+            period: std::time::Duration::from_millis(1),
+            refresh: None,
+            backoff: 4,
+        };
+        let mut leaf = Overlay::new(Ring::new(NodeId(1), Some(NodeId(0)), vec![]), 4, spont);
+        let mut out = Outbox::new();
+        let delays = |out: &mut Outbox<OverlayMsg>| -> Vec<u128> {
+            out.drain()
+                .filter_map(|a| match a {
+                    crate::proto::Action::SetTimer { timer, after } if timer == OVERLAY_TIMER => {
+                        Some(after.as_millis())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        leaf.on_start(Time(0), &mut out);
+        for t in 1..=3 {
+            leaf.on_timer(Time(t), OVERLAY_TIMER, &mut out);
+        }
+        assert_eq!((delays(&mut out), leaf.fired()), (vec![0, 1, 2, 4], 3));
+        let from_parent = OverlayMsg::Ring(RingMsg::FConnect(NodeId(0)));
+        leaf.on_message(Time(4), NodeId(0), from_parent, &mut out);
+        leaf.on_timer(Time(5), OVERLAY_TIMER, &mut out);
+        assert!(!leaf.settled(), "no successor yet");
+        assert_eq!(delays(&mut out), [1]);
     }
 }

@@ -22,6 +22,10 @@ pub struct SpontaneousConfig {
     pub period: Duration,
     /// Firing period once quiet; `None` stops firing (the paper's simulator).
     pub refresh: Option<Duration>,
+    /// How many times the period may double while the node stays unsettled and unchanged
+    /// (0: a fixed period, the paper's simulator). A change of state brings it back to
+    /// `period`. See [`Spontaneous::fired`].
+    pub backoff: u8,
 }
 
 impl Default for SpontaneousConfig {
@@ -29,6 +33,7 @@ impl Default for SpontaneousConfig {
         Self {
             period: Duration::from_millis(1),
             refresh: Some(Duration::from_secs(1)),
+            backoff: DEFAULT_BACKOFF,
         }
     }
 }
@@ -39,12 +44,23 @@ impl Default for SpontaneousConfig {
 pub struct Spontaneous {
     timer: TimerId,
     quiet: bool,
+    /// Doublings of the period so far, and at most.
+    doubled: u8,
+    backoff: u8,
     period_ns: u64,
     /// `NO_REFRESH` for none.
     refresh_ns: u64,
 }
 
 const NO_REFRESH: u64 = u64::MAX;
+
+/// Most doublings of the period: 2^16 periods is past any round trip worth waiting for.
+pub const MAX_BACKOFF: u8 = 16;
+
+/// Doublings a real node allows by default: 32 periods, 32 ms at the default period, about
+/// the round trip of a new connection's first message when 512 processes share two cores
+/// (its handshake waits 30–40 ms there behind the reactors' backlog).
+pub const DEFAULT_BACKOFF: u8 = 5;
 
 impl Spontaneous {
     /// A timer named `timer`, not yet armed.
@@ -53,6 +69,8 @@ impl Spontaneous {
         Self {
             timer,
             quiet: false,
+            doubled: 0,
+            backoff: cfg.backoff.min(MAX_BACKOFF),
             period_ns: ns(cfg.period),
             refresh_ns: cfg.refresh.map_or(NO_REFRESH, ns),
         }
@@ -60,6 +78,11 @@ impl Spontaneous {
 
     fn period(&self) -> Duration {
         Duration::from_nanos(self.period_ns)
+    }
+
+    /// The period after this many doublings.
+    fn backed_off(&self) -> Duration {
+        Duration::from_nanos(self.period_ns.saturating_mul(1 << self.doubled))
     }
 
     fn refresh(&self) -> Option<Duration> {
@@ -91,6 +114,15 @@ impl Spontaneous {
     }
 
     /// Re-arm after the rules fired; `settled` says whether the local state is now correct.
+    ///
+    /// Unsettled, the next firing comes a period later, and with a backoff each firing that
+    /// follows no change of state waits twice as long as the last, up to `2^backoff`
+    /// periods: what the rules sent is on its way, and under load an answer takes many
+    /// periods (a new connection's handshake waits behind every reactor's backlog). Firing
+    /// every period meanwhile re-sends the same messages, which deepen that backlog: at 512
+    /// processes on two cores, leaves fired 56 times each and nine messages of ten were
+    /// re-sends (`bluegene_notes/bmg-routing.md`). Fairness, which the proofs need, holds:
+    /// the rules still fire, at a bounded period.
     pub fn fired<M>(&mut self, settled: bool, out: &mut Outbox<M>) {
         if settled {
             if !self.quiet {
@@ -102,12 +134,21 @@ impl Spontaneous {
             }
         } else {
             self.quiet = false;
-            out.set_timer(self.timer, self.period());
+            out.set_timer(self.timer, self.backed_off());
+            self.doubled = (self.doubled + 1).min(self.backoff);
         }
     }
 
-    /// The local state changed: a quiet node starts firing again.
+    /// The local state changed while the node is unsettled: the next firings come at the
+    /// period again.
+    pub fn progress(&mut self) {
+        self.doubled = 0;
+    }
+
+    /// The local state changed: a quiet node starts firing again, and a backed-off one
+    /// fires at its period again.
     pub fn wake<M>(&mut self, out: &mut Outbox<M>) {
+        self.doubled = 0;
         if self.quiet {
             self.quiet = false;
             out.report(Event::Woke);
@@ -178,5 +219,77 @@ impl<R: Rules> Protocol for Standalone<R> {
 
     fn state_version(&self) -> u64 {
         self.rules.version()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Action;
+
+    const T: TimerId = TimerId(7);
+
+    /// The delays the timer was armed with, in order.
+    fn armed(out: &mut Outbox<()>) -> Vec<u64> {
+        out.drain()
+            .filter_map(|a| match a {
+                Action::SetTimer { timer: T, after } => Some(after.as_millis() as u64),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn spont(backoff: u8) -> Spontaneous {
+        let cfg = SpontaneousConfig {
+            period: Duration::from_millis(1),
+            refresh: None,
+            backoff,
+        };
+        Spontaneous::new(T, cfg)
+    }
+
+    /// Unsettled and unchanged, the period doubles up to its ceiling; a change of state
+    /// brings it back, quiet or not.
+    #[test]
+    fn the_period_backs_off_until_the_state_changes() {
+        let mut s = spont(3);
+        let mut out = Outbox::new();
+        for _ in 0..6 {
+            s.fired(false, &mut out);
+        }
+        assert_eq!(armed(&mut out), [1, 2, 4, 8, 8, 8]);
+        s.progress();
+        s.fired(false, &mut out);
+        s.fired(false, &mut out);
+        assert_eq!(armed(&mut out), [1, 2]);
+        s.fired(true, &mut out);
+        assert!(s.is_quiet());
+        s.wake(&mut out);
+        s.fired(false, &mut out);
+        // The wake re-arms at the period, and so does the firing after it.
+        assert_eq!(armed(&mut out), [1, 1]);
+    }
+
+    /// Without a backoff the period stays fixed, as in the paper's simulator.
+    #[test]
+    fn no_backoff_keeps_the_period() {
+        let mut s = spont(0);
+        let mut out = Outbox::new();
+        for _ in 0..4 {
+            s.fired(false, &mut out);
+        }
+        assert_eq!(armed(&mut out), [1, 1, 1, 1]);
+    }
+
+    /// A backoff past the ceiling is held to it.
+    #[test]
+    fn the_backoff_is_bounded() {
+        let mut s = spont(u8::MAX);
+        let mut out = Outbox::new();
+        for _ in 0..40 {
+            s.fired(false, &mut out);
+        }
+        let last = *armed(&mut out).last().unwrap();
+        assert_eq!(last, 1 << MAX_BACKOFF);
     }
 }

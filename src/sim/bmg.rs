@@ -379,6 +379,7 @@ pub fn build_world(tree: &Tree, cfg: &BmgSimConfig) -> World<Overlay> {
             .refresh
             .rounds(n)
             .map(|r| cfg.latency * u32::try_from(r).unwrap_or(u32::MAX)),
+        backoff: 0,
     };
     let nodes = (0..n).map(|p| overlay_of(tree, p, spont)).collect();
     // Its own stream: the tree and the corruption of a seed stay the same under every policy.

@@ -23,6 +23,7 @@ pub fn builds_the_bmg(depth: u32, opts: NodeOptions) {
     let spont = SpontaneousConfig {
         period: Duration::from_millis(2),
         refresh: Some(Duration::from_millis(100)),
+        backoff: 0,
     };
     let launch = tree.clone();
     let c = Cluster::start(n, opts, move |i, _| {

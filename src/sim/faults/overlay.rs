@@ -29,6 +29,7 @@ pub fn execute(s: &Schedule) -> Outcome {
         // A quiet process re-fires now and then: a message lost after it went quiet is
         // asked for again.
         refresh: Some(Duration::from_millis(2)),
+        backoff: 0,
     };
     let nodes = (0..n).map(|p| overlay_of(&tree, p, spont)).collect();
     let mut w = TimedWorld::new(
