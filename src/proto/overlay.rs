@@ -148,7 +148,7 @@ impl Protocol for Overlay {
             OverlayMsg::Bmg(m) => self.bmg.handle(m, out),
         }
         if self.state_version() != version {
-            self.spont.progress();
+            self.spont.progress(out);
         }
         self.sent = self.sent.wrapping_add((out.sends() - before) as u32);
     }
@@ -257,6 +257,7 @@ mod tests {
         leaf.on_message(Time(4), NodeId(0), from_parent, &mut out);
         leaf.on_timer(Time(5), OVERLAY_TIMER, &mut out);
         assert!(!leaf.settled(), "no successor yet");
-        assert_eq!(delays(&mut out), [1]);
+        // Re-armed a period away at the news, and the firing after backs off from there.
+        assert_eq!(delays(&mut out), [1, 1]);
     }
 }

@@ -139,20 +139,28 @@ impl Spontaneous {
         }
     }
 
-    /// The local state changed while the node is unsettled: the next firings come at the
-    /// period again.
-    pub fn progress(&mut self) {
+    /// The local state changed while the node is unsettled: the next firing comes a period
+    /// from now, not after the wait the backoff had reached (a rule may now have something
+    /// new to send: Algorithm 2's first rule waits for the ring's final neighbors), and the
+    /// ones after it back off from the period again.
+    pub fn progress<M>(&mut self, out: &mut Outbox<M>) {
+        // After two doublings the pending timer is two or more periods away: bring it back.
+        if self.doubled >= 2 && !self.quiet {
+            out.set_timer(self.timer, self.period());
+        }
         self.doubled = 0;
     }
 
     /// The local state changed: a quiet node starts firing again, and a backed-off one
     /// fires at its period again.
     pub fn wake<M>(&mut self, out: &mut Outbox<M>) {
-        self.doubled = 0;
         if self.quiet {
             self.quiet = false;
+            self.doubled = 0;
             out.report(Event::Woke);
             out.set_timer(self.timer, self.period());
+        } else {
+            self.progress(out);
         }
     }
 }
@@ -258,10 +266,13 @@ mod tests {
             s.fired(false, &mut out);
         }
         assert_eq!(armed(&mut out), [1, 2, 4, 8, 8, 8]);
-        s.progress();
+        // The change re-arms the far timer at the period.
+        s.progress(&mut out);
         s.fired(false, &mut out);
-        s.fired(false, &mut out);
-        assert_eq!(armed(&mut out), [1, 2]);
+        assert_eq!(armed(&mut out), [1, 1]);
+        // A timer a period away is left as it is.
+        s.progress(&mut out);
+        assert!(armed(&mut out).is_empty());
         s.fired(true, &mut out);
         assert!(s.is_quiet());
         s.wake(&mut out);
