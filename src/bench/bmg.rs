@@ -21,7 +21,7 @@ use super::validate::measure_engine_at;
 use crate::engine::reactor::NodeEvent;
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
-use crate::proto::Event;
+use crate::proto::{Event, Time};
 use crate::sim::bmg::{overlay_of, wrong_fingers, Fingers};
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
 use crate::sim::tree::{Tree, TreeKind};
@@ -322,9 +322,10 @@ fn real(
             deadline.saturating_duration_since(Instant::now())
         };
         match c.events.recv_timeout(wait) {
-            Ok((id, NodeEvent::Protocol(Event::Quiet))) => {
+            Ok((id, NodeEvent::Protocol(Event::Quiet { at }))) => {
                 cpu_at_quiet = crate::engine::process_cpu();
-                settling.quiet(id.0 as usize, start.elapsed());
+                // The nodes' clocks start at the cluster's epoch.
+                settling.quiet(id.0 as usize, at.since(Time::ZERO));
             }
             Ok((id, NodeEvent::Protocol(Event::Woke))) => settling.woke(id.0 as usize),
             Ok((id, NodeEvent::Suspect(p))) => {
@@ -401,7 +402,7 @@ fn projected(
     let mut last = 0u64;
     while w.step().is_some() {
         for (_, t, e) in w.take_reports() {
-            if e == Event::Quiet {
+            if matches!(e, Event::Quiet { .. }) {
                 last = last.max(t);
             }
         }

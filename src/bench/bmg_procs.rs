@@ -141,7 +141,15 @@ pub fn node(
         key,
         core: None,
     };
-    let mut handle = spawn(spec, &cfg.opts, overlay_of(&tree, cfg.id, spont), etx)?;
+    // The node's clock starts now: its events' times are read on the launcher's clock as
+    // `epoch_ns` plus theirs (CLOCK_MONOTONIC, one for every process of the host).
+    let epoch = Instant::now();
+    let epoch_ns = monotonic_ns();
+    let opts = NodeOptions {
+        epoch: Some(epoch),
+        ..cfg.opts.clone()
+    };
+    let mut handle = spawn(spec, &opts, overlay_of(&tree, cfg.id, spont), etx)?;
     let say = |out: &mut dyn Write, v: serde_json::Value| -> Result<(), BenchError> {
         writeln!(out, "{v}")
             .and_then(|()| out.flush())
@@ -191,7 +199,15 @@ pub fn node(
                 )?;
                 continue;
             }
-            Input::Event(NodeEvent::Protocol(Event::Quiet)) => "quiet",
+            Input::Event(NodeEvent::Protocol(Event::Quiet { at })) => {
+                // When it went quiet, not when this thread got to it.
+                say(
+                    out,
+                    json!({"node": me.0, "kind": "quiet",
+                           "mono_ns": epoch_ns + at.0}),
+                )?;
+                continue;
+            }
             Input::Event(NodeEvent::Protocol(Event::Woke)) => "woke",
             Input::Event(NodeEvent::Suspect(p)) => {
                 say(

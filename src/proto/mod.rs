@@ -65,7 +65,11 @@ pub struct TimerId(pub u32);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// The node's local state is settled and its spontaneous rules stopped firing.
-    Quiet,
+    Quiet {
+        /// When, on the node's clock: a driver's reader may get the event much later (on
+        /// cores its reactors keep busy), and a construction's time is when it happened.
+        at: Time,
+    },
     /// The node's local state changed after it had gone quiet; it fires its rules again.
     Woke,
     /// The protocol has finished its work (e.g. all pings done).

@@ -153,7 +153,7 @@ impl Protocol for Overlay {
         self.sent = self.sent.wrapping_add((out.sends() - before) as u32);
     }
 
-    fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<OverlayMsg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OverlayMsg>) {
         if timer != OVERLAY_TIMER {
             return;
         }
@@ -169,7 +169,7 @@ impl Protocol for Overlay {
         if refresh || !self.bmg.settled() {
             self.bmg.fire(out);
         }
-        self.spont.fired(self.settled(), out);
+        self.spont.fired(now, self.settled(), out);
         self.sent = self.sent.wrapping_add((out.sends() - before) as u32);
     }
 

@@ -123,11 +123,11 @@ impl Spontaneous {
     /// processes on two cores, leaves fired 56 times each and nine messages of ten were
     /// re-sends (`bluegene_notes/bmg-routing.md`). Fairness, which the proofs need, holds:
     /// the rules still fire, at a bounded period.
-    pub fn fired<M>(&mut self, settled: bool, out: &mut Outbox<M>) {
+    pub fn fired<M>(&mut self, now: Time, settled: bool, out: &mut Outbox<M>) {
         if settled {
             if !self.quiet {
                 self.quiet = true;
-                out.report(Event::Quiet);
+                out.report(Event::Quiet { at: now });
             }
             if let Some(r) = self.refresh() {
                 out.set_timer(self.timer, r);
@@ -214,7 +214,7 @@ impl<R: Rules> Protocol for Standalone<R> {
         }
     }
 
-    fn on_timer(&mut self, _now: Time, timer: TimerId, out: &mut Outbox<R::Msg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<R::Msg>) {
         if timer != R::TIMER {
             return;
         }
@@ -222,7 +222,7 @@ impl<R: Rules> Protocol for Standalone<R> {
         if self.spont.is_quiet() || !self.rules.settled() {
             self.rules.fire(out);
         }
-        self.spont.fired(self.rules.settled(), out);
+        self.spont.fired(now, self.rules.settled(), out);
     }
 
     fn state_version(&self) -> u64 {
@@ -263,20 +263,20 @@ mod tests {
         let mut s = spont(3);
         let mut out = Outbox::new();
         for _ in 0..6 {
-            s.fired(false, &mut out);
+            s.fired(Time::ZERO, false, &mut out);
         }
         assert_eq!(armed(&mut out), [1, 2, 4, 8, 8, 8]);
         // The change re-arms the far timer at the period.
         s.progress(&mut out);
-        s.fired(false, &mut out);
+        s.fired(Time::ZERO, false, &mut out);
         assert_eq!(armed(&mut out), [1, 1]);
         // A timer a period away is left as it is.
         s.progress(&mut out);
         assert!(armed(&mut out).is_empty());
-        s.fired(true, &mut out);
+        s.fired(Time::ZERO, true, &mut out);
         assert!(s.is_quiet());
         s.wake(&mut out);
-        s.fired(false, &mut out);
+        s.fired(Time::ZERO, false, &mut out);
         // The wake re-arms at the period, and so does the firing after it.
         assert_eq!(armed(&mut out), [1, 1]);
     }
@@ -287,7 +287,7 @@ mod tests {
         let mut s = spont(0);
         let mut out = Outbox::new();
         for _ in 0..4 {
-            s.fired(false, &mut out);
+            s.fired(Time::ZERO, false, &mut out);
         }
         assert_eq!(armed(&mut out), [1, 1, 1, 1]);
     }
@@ -298,7 +298,7 @@ mod tests {
         let mut s = spont(u8::MAX);
         let mut out = Outbox::new();
         for _ in 0..40 {
-            s.fired(false, &mut out);
+            s.fired(Time::ZERO, false, &mut out);
         }
         let last = *armed(&mut out).last().unwrap();
         assert_eq!(last, 1 << MAX_BACKOFF);

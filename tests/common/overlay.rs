@@ -43,7 +43,7 @@ pub fn builds_the_bmg(depth: u32, opts: NodeOptions) {
     // Every node reports Quiet once its own state is settled.
     let seen = collect(&c.events, 20, |s| {
         s.iter()
-            .filter(|(_, e)| *e == NodeEvent::Protocol(Event::Quiet))
+            .filter(|(_, e)| matches!(e, NodeEvent::Protocol(Event::Quiet { .. })))
             .map(|(id, _)| *id)
             .collect::<HashSet<_>>()
             .len()
