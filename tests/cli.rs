@@ -900,6 +900,8 @@ fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
         "11",
         "--nodes-list",
         "40",
+        "--repeat",
+        "2",
         "--json",
     ]);
     let r = one_json(&out);
@@ -924,6 +926,8 @@ fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
         "--procs",
         "--nodes-list",
         "256",
+        "--repeat",
+        "1",
         "--json",
     ]));
     assert_eq!(
@@ -991,7 +995,15 @@ fn a_bmg_node_process_refuses_a_bad_exchange() {
 
 #[test]
 fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
-    let out = succeed(&["bench", "bmg", "--nodes-list", "16,64", "--json"]);
+    let out = succeed(&[
+        "bench",
+        "bmg",
+        "--nodes-list",
+        "16,64",
+        "--repeat",
+        "3",
+        "--json",
+    ]);
     let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON row"))
@@ -1016,6 +1028,13 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         assert_eq!(r["tree"], "binomial");
         // Both runs back off alike, by default as a real node does.
         assert_eq!(r["backoff"], 5, "{r}");
+        // The middle of three real runs, within their range.
+        assert_eq!(r["repeat"], 3, "{r}");
+        let real = |k: &str| r[k].as_f64().unwrap();
+        assert!(
+            real("real_ms_min") <= real("real_ms") && real("real_ms") <= real("real_ms_max"),
+            "{r}"
+        );
         assert_eq!(r["converged"], true, "{r}");
         assert_eq!(r["wrong"], 0, "{r}");
         assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");
@@ -1055,13 +1074,15 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "refused before any run");
-    let out = weft(&["bench", "bmg", "--backoff", "17"]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--backoff"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for (flag, bad) in [("--backoff", "17"), ("--repeat", "0")] {
+        let out = weft(&["bench", "bmg", flag, bad]);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // A random launch tree of any size, and the plot of both times.
     let dir = scratch("bench-bmg");
     let svg = dir.join("bmg.svg");
@@ -1076,6 +1097,8 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         "5",
         "--nodes-list",
         "50",
+        "--repeat",
+        "1",
         "--json",
         "--plot",
         svg.to_str().unwrap(),

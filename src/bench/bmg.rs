@@ -49,6 +49,9 @@ pub struct BmgBenchConfig {
     pub opts: NodeOptions,
     /// Longest wait for the construction.
     pub timeout: Duration,
+    /// Real runs of each N: the row gives the middle one and the range (one run on a
+    /// shared machine can be twice another's, with the same messages).
+    pub repeat: u32,
     /// Run every node as its own process of this `weft` executable (`--procs`), not in
     /// this process.
     pub procs: Option<std::path::PathBuf>,
@@ -63,8 +66,15 @@ pub struct BmgBenchRow {
     pub tree: String,
     /// Its depth (random trees: what the ring's rounds follow, the paper's Figure 4).
     pub depth: u32,
-    /// Real: start to the last process going quiet, ms.
+    /// Real: start to the last process going quiet, ms; the middle of
+    /// [`BmgBenchRow::repeat`] runs (the counts and the CPU below are that run's).
     pub real_ms: f64,
+    /// The fastest of the real runs, ms.
+    pub real_ms_min: f64,
+    /// The slowest of the real runs, ms.
+    pub real_ms_max: f64,
+    /// Real runs (every one's fingers checked).
+    pub repeat: u32,
     /// The timed simulator's projection with the measured costs, connections free, ms.
     pub sim_ms: f64,
     /// `real_ms / sim_ms`.
@@ -147,7 +157,7 @@ pub struct BmgBenchRow {
     pub storm_connect_us: f64,
     /// Every process's successor and fingers are the formulas'.
     pub converged: bool,
-    /// Processes whose ring or BMG neighbors are wrong.
+    /// Processes whose ring or BMG neighbors are wrong, in the worst of the runs.
     pub wrong: u32,
     /// Measured one-way latency, µs.
     pub l_us: f64,
@@ -539,27 +549,36 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let connect_us = connect_cost(&cfg.opts, 15)?;
     let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
     let storm_us = storm_connect(&cfg.opts, &tree, l_us)?.max(connect_cpu_us);
-    let run = match &cfg.procs {
-        None => real(&tree, spont, cfg)?,
-        Some(exe) => super::bmg_procs::real(
-            exe,
-            &tree,
-            (cfg.tree, cfg.degree, cfg.seed),
-            spont,
-            cfg.settle,
-            &cfg.opts,
-            cfg.timeout,
-        )?,
-    };
+    let mut runs = Vec::with_capacity(cfg.repeat.max(1) as usize);
+    for _ in 0..cfg.repeat.max(1) {
+        let run = match &cfg.procs {
+            None => real(&tree, spont, cfg)?,
+            Some(exe) => super::bmg_procs::real(
+                exe,
+                &tree,
+                (cfg.tree, cfg.degree, cfg.seed),
+                spont,
+                cfg.settle,
+                &cfg.opts,
+                cfg.timeout,
+            )?,
+        };
+        let wrong = wrong_fingers(&tree, &run.fingers);
+        runs.push((run, wrong));
+    }
+    let wrong = runs.iter().map(|r| r.1).max().unwrap_or(0);
+    runs.sort_by_key(|r| r.0.last);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (real_ms_min, real_ms_max) = (ms(runs[0].0.last), ms(runs[runs.len() - 1].0.last));
+    let (run, _) = runs.swap_remove(runs.len() / 2);
     let RealRun {
         last: real_t,
         started: start_t,
         msgs,
-        fingers: finals,
+        fingers: _,
         backend,
         cpu,
     } = run;
-    let wrong = wrong_fingers(&tree, &finals);
     let us = |x: f64| Duration::from_secs_f64(x / 1e6);
     let project = |cpu_us: f64, wait_us: f64, queued: bool, turns: bool| {
         let charges = Charges {
@@ -590,6 +609,9 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         tree: cfg.tree.to_string(),
         depth: tree.depth(),
         real_ms,
+        real_ms_min,
+        real_ms_max,
+        repeat: cfg.repeat.max(1),
         sim_ms,
         ratio: real_ms / sim_ms.max(1e-9),
         start_ms: start_t.as_secs_f64() * 1e3,

@@ -24,7 +24,7 @@ pub struct BenchBmgArgs {
     /// Write real and projected times against N as an SVG plot.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Job sizes, one run each.
+    /// Job sizes.
     #[arg(long, value_delimiter = ',', default_value = "16,64,256")]
     nodes_list: Vec<u32>,
     /// Firing period of the spontaneous rules, µs.
@@ -34,6 +34,9 @@ pub struct BenchBmgArgs {
     /// as in the paper's simulator; the real and projected runs both use it).
     #[arg(long, default_value_t = weft::proto::spontaneous::DEFAULT_BACKOFF)]
     backoff: u8,
+    /// Real runs of each size: the row gives the middle one and the range.
+    #[arg(long, default_value_t = 5)]
+    repeat: u32,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
@@ -55,6 +58,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
         0..=weft::proto::spontaneous::MAX_BACKOFF,
     )?;
     super::checks::distinct("--nodes-list", &a.nodes_list)?;
+    super::checks::within("--repeat", a.repeat, 1..=1000)?;
     super::checks::within("--degree", a.degree, 1..=1024)?;
     if let Some(p) = &a.plot {
         super::checks::writable("--plot", p)?;
@@ -72,6 +76,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             a.engine.backend.map(Into::into),
         ),
         timeout: Duration::from_secs(120),
+        repeat: a.repeat,
         procs: if a.procs {
             Some(std::env::current_exe()?)
         } else {
@@ -98,10 +103,11 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "{:>6} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
+            "{:>6} {:>9} {:>10} {:>15} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
             "nodes",
             "tree",
             "real ms",
+            "(range)",
             "sim ms",
             "ratio",
             "+conn ms",
@@ -131,10 +137,11 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>9} {:>10.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>6.1} {:>6.1} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
+                "{:>6} {:>9} {:>10.2} {:>15} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>6.1} {:>6.1} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
                 r.nodes,
                 r.tree,
                 r.real_ms,
+                format!("{:.1}-{:.1}", r.real_ms_min, r.real_ms_max),
                 r.sim_ms,
                 r.ratio,
                 r.sim_connect_ms,
