@@ -973,9 +973,9 @@ fn a_bmg_node_process_refuses_a_bad_exchange() {
             .spawn()
             .unwrap();
         let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        // Kept open until the process ends: it reports `ready` before reading `go`.
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut first).unwrap();
         assert!(first.contains("listening"), "{first}");
         child
             .stdin
@@ -984,13 +984,21 @@ fn a_bmg_node_process_refuses_a_bad_exchange() {
             .write_all(stdin_text.as_bytes())
             .unwrap();
         let out = child.wait_with_output().unwrap();
+        drop(stdout);
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let err = talk("1=127.0.0.1:1,2=127.0.0.1:2\n");
     assert!(err.contains("3"), "a missing peer is named: {err}");
-    let err = talk("1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3\nstart\n");
-    assert!(err.contains("\"go\""), "{err}");
+    let peers = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3\n";
+    // `go` must come with its start time.
+    for bad in ["start\n", "go\n", "go soon\n"] {
+        let err = talk(&format!("{peers}{bad}"));
+        assert!(
+            err.contains("\"go\"") && err.contains("start time"),
+            "{bad:?}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -80,8 +80,9 @@ pub struct BmgBenchRow {
     /// `real_ms / sim_ms`.
     pub ratio: f64,
     /// Real: the start to every node running, ms (in-process: the listeners bound and
-    /// both reactors set up, the first reactor's nodes already at work; `--procs`: the `go`
-    /// to the last process's `started`). The projection starts all at 0.
+    /// both reactors set up, the first reactor's nodes already at work; `--procs`: how late
+    /// after the agreed start the last process's overlay started). The projection starts all
+    /// at 0.
     pub start_ms: f64,
     /// The projection that also charges each new connection [`BmgBenchRow::connect_us`] of
     /// its sender's CPU, ms: the real run falls between the two (connections are neither

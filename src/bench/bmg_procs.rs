@@ -5,10 +5,13 @@
 //!
 //! Both halves are here. The node process (`weft bench bmg-node`, started only by the
 //! launcher) builds its own copy of the launch tree from the same arguments, binds, says where
-//! (`{"listening": ADDR}`), reads the peer list and then a `go` line, runs the overlay and
-//! reports `quiet` and `woke` stamped with `CLOCK_MONOTONIC`. The launcher hands the list to
-//! all before anyone starts; how long the kernel then takes to have them all running is the
-//! row's `start_ms` (seconds for a thousand processes on two cores).
+//! (`{"listening": ADDR}`), reads the peer list, brings its engine up with the overlay held
+//! ([`Held`]) and says `ready`; then a `go T` line starts the overlay at `T`
+//! (`CLOCK_MONOTONIC`, one clock for every process of the host), and the node reports
+//! `started`, `quiet` and `woke` on that clock. The run is timed from `T`: the processes'
+//! own start-up (seconds for a thousand of them on two cores, most of a construction's time
+//! when a `go` started each engine) is not the construction's. How late the last overlay
+//! started is the row's `start_ms`.
 //!
 //! The end: a few hundred processes on two cores wait hundreds of ms to be scheduled, so a
 //! silence in the reports proves nothing (a 50 ms one stopped 256 processes half-built). Once
@@ -23,6 +26,7 @@ use super::stabilize::BenchError;
 use crate::bootstrap::stdio;
 use crate::engine::monotonic_ns;
 use crate::engine::reactor::NodeEvent;
+use crate::proto::held::Held;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::proto::Event;
 use crate::sim::bmg::{overlay_of, Fingers};
@@ -59,7 +63,7 @@ fn fits_memory_in(n: u32, available: Option<u64>) -> Result<(), BenchError> {
     }
 }
 
-/// The line that starts every node once all have the peer list.
+/// The line, with a start time, that starts every node's overlay once all are ready.
 const GO: &str = "go";
 /// The line that asks a node for its message counters.
 const COUNT: &str = "count";
@@ -120,13 +124,6 @@ pub fn node(
     peers
         .check_covers(&members, me, "the peer list on stdin")
         .map_err(failed)?;
-    let mut line = String::new();
-    input.read_line(&mut line).map_err(failed)?;
-    if line.trim() != GO {
-        return Err(failed(format!(
-            "expected {GO:?} after the peer list, got {line:?}"
-        )));
-    }
     let spont = SpontaneousConfig {
         period: cfg.period,
         refresh: None,
@@ -149,7 +146,9 @@ pub fn node(
         epoch: Some(epoch),
         ..cfg.opts.clone()
     };
-    let mut handle = spawn(spec, &opts, overlay_of(&tree, cfg.id, spont), etx)?;
+    // The engine comes up now; the overlay starts at the launcher's `go`.
+    let held = Held::new(overlay_of(&tree, cfg.id, spont));
+    let mut handle = spawn(spec, &opts, held, etx)?;
     let say = |out: &mut dyn Write, v: serde_json::Value| -> Result<(), BenchError> {
         writeln!(out, "{v}")
             .and_then(|()| out.flush())
@@ -157,8 +156,25 @@ pub fn node(
     };
     say(
         out,
-        json!({"node": me.0, "kind": "started", "backend": handle.backend.to_string(),
-               "mono_ns": monotonic_ns()}),
+        json!({"node": me.0, "kind": "ready", "backend": handle.backend.to_string()}),
+    )?;
+    let mut line = String::new();
+    input.read_line(&mut line).map_err(failed)?;
+    let at = match line.trim().split_once(' ') {
+        Some((GO, at)) => at.parse::<u64>().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        failed(format!(
+            "expected {GO:?} and a start time (CLOCK_MONOTONIC ns) after the peer list, \
+             got {line:?}"
+        ))
+    })?;
+    std::thread::sleep(Duration::from_nanos(at.saturating_sub(monotonic_ns())));
+    handle.wake();
+    say(
+        out,
+        json!({"node": me.0, "kind": "started", "mono_ns": monotonic_ns()}),
     )?;
     let events = tx.clone();
     std::thread::spawn(move || {
@@ -232,7 +248,7 @@ pub fn node(
             json!({"node": me.0, "kind": kind, "mono_ns": monotonic_ns()}),
         )?;
     }
-    let last = handle.stop()?;
+    let last = handle.stop()?.into_inner();
     say(
         out,
         json!({"node": me.0, "kind": "final", "sent": last.sent(), "ring_sent": last.ring_sent(),
@@ -265,14 +281,16 @@ pub(crate) fn real(
             .args(forced.iter().flat_map(|b| ["--backend", b.as_str()]));
     })?;
     job.hand_out_peers()?;
-    let start = monotonic_ns();
-    job.tell_all(GO)?;
+    let deadline = Instant::now() + timeout;
+    let backends = ready(&mut job, n, deadline, timeout)?;
+    // Every overlay starts at one moment, far enough ahead for the `go` lines to reach
+    // processes that only wait for them; `started` says how late the last one was.
+    let start = monotonic_ns() + GO_LEAD_NS + GO_LEAD_PER_NODE_NS * u64::from(n);
+    job.tell_all(&format!("{GO} {start}"))?;
     let since = |r: &serde_json::Value| {
         Duration::from_nanos(r["mono_ns"].as_u64().unwrap_or(start).saturating_sub(start))
     };
-    let deadline = Instant::now() + timeout;
     let mut settling = Settling::new(n as usize);
-    let mut backends = std::collections::BTreeSet::new();
     let mut started = Duration::ZERO;
     let mut wave: Option<Wave> = None;
     let mut last_wave: Option<(u64, u64)> = None;
@@ -284,10 +302,7 @@ pub(crate) fn real(
         };
         match job.reports.recv_timeout(wait) {
             Ok((id, r)) => match r["kind"].as_str() {
-                Some("started") => {
-                    backends.extend(r["backend"].as_str().map(str::to_owned));
-                    started = started.max(since(&r));
-                }
+                Some("started") => started = started.max(since(&r)),
                 Some("quiet") => settling.quiet(id as usize, since(&r)),
                 Some("woke") => settling.woke(id as usize),
                 Some("counters") => {
@@ -337,6 +352,39 @@ pub(crate) fn real(
         // Each node's CPU is its own process's: not summed here.
         cpu: None,
     })
+}
+
+/// How far ahead of its `go` lines the launcher sets the start: a fixed lead and a write per
+/// process (a pipe write and the wake of a process that only waits for it, some µs each on
+/// this host; 30 ms in all at 1024 processes).
+const GO_LEAD_NS: u64 = 10_000_000;
+const GO_LEAD_PER_NODE_NS: u64 = 20_000;
+
+/// Wait until every process's engine is up (`ready`); the backends they run on.
+fn ready(
+    job: &mut Job,
+    n: u32,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<std::collections::BTreeSet<String>, BenchError> {
+    let mut backends = std::collections::BTreeSet::new();
+    let mut left = n;
+    while left > 0 {
+        let Ok((_, r)) = job
+            .reports
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        else {
+            return Err(BenchError::Timeout(
+                timeout,
+                format!("{left} of {n} processes did not bring their engine up"),
+            ));
+        };
+        if r["kind"] == "ready" {
+            backends.extend(r["backend"].as_str().map(str::to_owned));
+            left -= 1;
+        }
+    }
+    Ok(backends)
 }
 
 /// One round of asking every process for its counters.

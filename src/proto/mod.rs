@@ -15,6 +15,7 @@ pub mod broadcast;
 pub mod bsp;
 pub mod grid;
 pub mod heartbeat;
+pub mod held;
 pub mod membership;
 pub mod message;
 pub mod order;
