@@ -279,7 +279,8 @@ pub fn fits_descriptors(n: usize) -> Result<(), BenchError> {
         return Err(BenchError::Config(format!(
             "{n} in-process nodes with {fingers} BMG neighbors each need about {need} open \
              descriptors; this process may open {limit} (the hard limit of `ulimit -n`, which \
-             only root may raise past): run fewer nodes, raise the limit, or run as root"
+             only a process with CAP_SYS_RESOURCE may raise): run fewer nodes, raise the \
+             limit, or run with CAP_SYS_RESOURCE"
         )));
     }
     Ok(())
