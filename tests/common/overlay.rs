@@ -49,7 +49,7 @@ pub fn builds_the_bmg(depth: u32, opts: NodeOptions) {
             .len()
             == n
     });
-    std::thread::sleep(Duration::from_millis(300)); // let the last BMG levels land
+    nothing_in_flight(&c, n);
     let finals: Vec<Overlay> = c.stop_all().unwrap();
     let order = tree.preorder();
     let mut pos = vec![0u32; n];
@@ -77,4 +77,37 @@ pub fn builds_the_bmg(depth: u32, opts: NodeOptions) {
             );
         }
     }
+}
+
+/// Wait until no message is in flight: rounds of asking every node for its counters
+/// (`Event::Counters`) until two in a row agree, all quiet and as many messages received as
+/// sent (Mattern's four counters), so the last BMG levels have landed before the check.
+fn nothing_in_flight(c: &Cluster<Overlay>, n: usize) {
+    let mut last = None;
+    for _ in 0..1000 {
+        for h in &c.nodes {
+            h.wake();
+        }
+        let (mut sent, mut received, mut quiet, mut left) = (0, 0, true, n);
+        while left > 0 {
+            let (_, e) = c
+                .events
+                .recv_timeout(Duration::from_secs(20))
+                .expect("every node answers with its counters");
+            if let NodeEvent::Protocol(Event::Counters {
+                sent: s,
+                received: r,
+                quiet: q,
+            }) = e
+            {
+                (sent, received, quiet, left) = (sent + s, received + r, quiet && q, left - 1);
+            }
+        }
+        let idle = quiet && sent == received;
+        if idle && last == Some((sent, received)) {
+            return;
+        }
+        last = idle.then_some((sent, received));
+    }
+    panic!("messages still in flight after 1000 rounds of counters");
 }
