@@ -916,8 +916,8 @@ fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
         "{r}"
     );
     assert!(r["msgs"].as_u64().unwrap() > 0, "{r}");
-    // The nodes' CPU is in their own processes: not claimed.
-    assert!(r["real_cpu_ms"].is_null(), "{r}");
+    // The nodes' CPU, summed over their processes.
+    assert!(r["real_cpu_ms"].as_f64().unwrap() > 0.0, "{r}");
     // Their leaves' firings are: every leaf fires at least once (its first `Info`).
     assert!(r["leaf_fires"].as_f64().unwrap() >= 1.0, "{r}");
     let r = one_json(&succeed(&[

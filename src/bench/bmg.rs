@@ -129,13 +129,14 @@ pub struct BmgBenchRow {
     pub sim_queued_msgs: u64,
     /// Of `sim_queued_msgs`, Algorithm 1's.
     pub sim_queued_ring_msgs: u64,
-    /// Real, in-process: the CPU of every node (reactors and the kernel's socket work) from
-    /// the moment all ran to the last quiet, ms; none with `--procs`. Against `real_ms −
-    /// start_ms` it says how busy the cores were, and per message what the run really cost
-    /// beside `c_us`.
-    pub real_cpu_ms: Option<f64>,
+    /// Real: the CPU of every node (reactors and the kernel's socket work) from the moment
+    /// all ran to the last quiet, ms (`--procs`: every process's, from its overlay's start
+    /// to its answer to the launcher's first round of counters, after the settling time). Against `real_ms − start_ms`
+    /// it says how busy the cores were, and per message what the run really cost beside
+    /// `c_us`.
+    pub real_cpu_ms: f64,
     /// `real_cpu_ms` per message sent, connections included, µs.
-    pub real_cpu_us_per_msg: Option<f64>,
+    pub real_cpu_us_per_msg: f64,
     /// The storm projection with the cores working in reactor turns
     /// ([`TimedWorld::with_turns`]): a core behind takes its whole backlog in one turn, the
     /// turn's sends leave at its end, and a process fires at most once a turn, ms.
@@ -270,9 +271,8 @@ pub(crate) struct RealRun {
     pub(crate) fingers: Vec<Fingers>,
     /// What the nodes ran on.
     pub(crate) backend: String,
-    /// CPU of every node from the moment all ran to the last quiet, where one process
-    /// holds them all (in-process).
-    pub(crate) cpu: Option<Duration>,
+    /// CPU of every node over the construction ([`BmgBenchRow::real_cpu_ms`]).
+    pub(crate) cpu: Duration,
 }
 
 /// Messages of a run: all, and Algorithm 1's among them; and how often the leaves fired.
@@ -365,7 +365,7 @@ fn real(
         msgs,
         fingers,
         backend,
-        cpu: Some(cpu_at_quiet.saturating_sub(cpu_at_start)),
+        cpu: cpu_at_quiet.saturating_sub(cpu_at_start),
     })
 }
 
@@ -642,8 +642,8 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio_queued: real_ms / sim_queued_ms.max(1e-9),
         sim_queued_msgs: sim_queued_msgs.all,
         sim_queued_ring_msgs: sim_queued_msgs.ring,
-        real_cpu_ms: cpu.map(|c| c.as_secs_f64() * 1e3),
-        real_cpu_us_per_msg: cpu.map(|c| c.as_secs_f64() * 1e6 / msgs.all.max(1) as f64),
+        real_cpu_ms: cpu.as_secs_f64() * 1e3,
+        real_cpu_us_per_msg: cpu.as_secs_f64() * 1e6 / msgs.all.max(1) as f64,
         sim_turns_ms,
         ratio_turns: real_ms / sim_turns_ms.max(1e-9),
         sim_turns_msgs: sim_turns_msgs.all,

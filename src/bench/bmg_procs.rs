@@ -174,7 +174,8 @@ pub fn node(
     handle.wake();
     say(
         out,
-        json!({"node": me.0, "kind": "started", "mono_ns": monotonic_ns()}),
+        json!({"node": me.0, "kind": "started", "mono_ns": monotonic_ns(),
+               "cpu_ns": cpu_ns()}),
     )?;
     let events = tx.clone();
     std::thread::spawn(move || {
@@ -211,7 +212,8 @@ pub fn node(
                 say(
                     out,
                     json!({"node": me.0, "kind": "counters", "sent": sent,
-                           "received": received, "quiet": quiet, "mono_ns": monotonic_ns()}),
+                           "received": received, "quiet": quiet, "mono_ns": monotonic_ns(),
+                           "cpu_ns": cpu_ns()}),
                 )?;
                 continue;
             }
@@ -294,6 +296,10 @@ pub(crate) fn real(
     let mut started = Duration::ZERO;
     let mut wave: Option<Wave> = None;
     let mut last_wave: Option<(u64, u64)> = None;
+    // Each process's CPU when its overlay started and at its first counters (asked once all
+    // were quiet for the settling time, idle in it): the construction's CPU.
+    let mut cpu = vec![(0u64, 0u64); n as usize];
+    let cpu_of = |r: &serde_json::Value| r["cpu_ns"].as_u64().unwrap_or(0);
     loop {
         let wait = if settling.all_quiet() && wave.is_none() {
             settle
@@ -302,12 +308,19 @@ pub(crate) fn real(
         };
         match job.reports.recv_timeout(wait) {
             Ok((id, r)) => match r["kind"].as_str() {
-                Some("started") => started = started.max(since(&r)),
+                Some("started") => {
+                    started = started.max(since(&r));
+                    cpu[id as usize].0 = cpu_of(&r);
+                }
                 Some("quiet") => settling.quiet(id as usize, since(&r)),
                 Some("woke") => settling.woke(id as usize),
                 Some("counters") => {
                     let Some(w) = wave.as_mut() else { continue };
                     w.add(&r);
+                    let at = &mut cpu[id as usize].1;
+                    if *at == 0 {
+                        *at = cpu_of(&r);
+                    }
                     if w.left > 0 {
                         continue;
                     }
@@ -349,9 +362,13 @@ pub(crate) fn real(
         msgs,
         fingers: finals,
         backend,
-        // Each node's CPU is its own process's: not summed here.
-        cpu: None,
+        cpu: Duration::from_nanos(cpu.iter().map(|&(a, b)| b.saturating_sub(a)).sum()),
     })
+}
+
+/// This process's CPU so far (all its threads), ns.
+fn cpu_ns() -> u64 {
+    crate::engine::process_cpu().as_nanos() as u64
 }
 
 /// How far ahead of its `go` lines the launcher sets the start: a fixed lead and a write per
