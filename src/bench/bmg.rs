@@ -19,6 +19,7 @@
 use super::stabilize::BenchError;
 use super::validate::measure_engine_at;
 use crate::engine::reactor::NodeEvent;
+use crate::proto::held::Held;
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
 use crate::proto::{Event, Time};
@@ -79,10 +80,11 @@ pub struct BmgBenchRow {
     pub sim_ms: f64,
     /// `real_ms / sim_ms`.
     pub ratio: f64,
-    /// Real: the start to every node running, ms (in-process: the listeners bound and
-    /// both reactors set up, the first reactor's nodes already at work; `--procs`: how late
-    /// after the agreed start the last process's overlay started). The projection starts all
-    /// at 0.
+    /// Real: how long starting every node's overlay took, ms: every engine is up first
+    /// with its overlay held, and the run is timed from the start (in-process: the time to
+    /// ask every node to start, the nodes of each reactor then starting in its next turn;
+    /// `--procs`: how late after the agreed start the last process's overlay started). The
+    /// projection starts all at 0.
     pub start_ms: f64,
     /// The projection that also charges each new connection [`BmgBenchRow::connect_us`] of
     /// its sender's CPU, ms: the real run falls between the two (connections are neither
@@ -317,13 +319,18 @@ fn real(
 ) -> Result<RealRun, BenchError> {
     let n = tree.len();
     let launch = tree.clone();
+    // Every reactor comes up with its overlays held; all start at one moment, `go`, from
+    // which the run is timed (the projection starts all at 0).
     let c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
-        overlay_of(&launch, i as u32, spont)
+        Held::new(overlay_of(&launch, i as u32, spont))
     })?;
-    let start = c.epoch;
-    let started = start.elapsed();
     // The job's CPU: every reactor's, with the kernel's work on their sockets.
     let cpu_at_start = crate::engine::process_cpu();
+    let go = c.epoch.elapsed();
+    for node in &c.nodes {
+        node.wake();
+    }
+    let started = c.epoch.elapsed() - go;
     let mut cpu_at_quiet = cpu_at_start;
     let deadline = Instant::now() + cfg.timeout;
     let mut settling = Settling::new(n);
@@ -337,7 +344,7 @@ fn real(
             Ok((id, NodeEvent::Protocol(Event::Quiet { at }))) => {
                 cpu_at_quiet = crate::engine::process_cpu();
                 // The nodes' clocks start at the cluster's epoch.
-                settling.quiet(id.0 as usize, at.since(Time::ZERO));
+                settling.quiet(id.0 as usize, at.since(Time::ZERO).saturating_sub(go));
             }
             Ok((id, NodeEvent::Protocol(Event::Woke))) => settling.woke(id.0 as usize),
             Ok((id, NodeEvent::Suspect(p))) => {
@@ -356,7 +363,7 @@ fn real(
         }
     }
     let backend = c.backend_name();
-    let finals = c.stop_all()?;
+    let finals: Vec<Overlay> = c.stop_all()?.into_iter().map(Held::into_inner).collect();
     let msgs = Sent::of(&finals);
     let fingers = finals.iter().map(Fingers::of).collect();
     Ok(RealRun {
