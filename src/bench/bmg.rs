@@ -494,10 +494,16 @@ pub fn storm_connect(opts: &NodeOptions, tree: &Tree, l_us: f64) -> Result<f64, 
     use crate::proto::ping::PingPong;
     let n = tree.len();
     let parents: Vec<Option<u32>> = (0..n as u32).map(|p| tree.parent(p)).collect();
-    let c = Cluster::start(n, opts.clone(), move |i, _| match parents[i] {
-        Some(p) => PingPong::pinger(crate::NodeId(u64::from(p)), vec![32], 1, 0),
-        None => PingPong::ponger(),
+    // Held until every reactor is up and then started together, as the construction is.
+    let c = Cluster::start(n, opts.clone(), move |i, _| {
+        Held::new(match parents[i] {
+            Some(p) => PingPong::pinger(crate::NodeId(u64::from(p)), vec![32], 1, 0),
+            None => PingPong::ponger(),
+        })
     })?;
+    for node in &c.nodes {
+        node.wake();
+    }
     let wait = Duration::from_secs(30);
     let mut done = 0;
     while done + 1 < n {
@@ -514,7 +520,8 @@ pub fn storm_connect(opts: &NodeOptions, tree: &Tree, l_us: f64) -> Result<f64, 
     }
     let mut first: Vec<f64> = c
         .stop_all()?
-        .iter()
+        .into_iter()
+        .map(Held::into_inner)
         .filter_map(|p| p.samples().first().map(|s| s.1 as f64 / 1e3))
         .collect();
     first.sort_by(f64::total_cmp);
