@@ -133,9 +133,9 @@ pub struct BmgBenchRow {
     pub sim_queued_ring_msgs: u64,
     /// Real: the CPU of every node (reactors and the kernel's socket work) from the moment
     /// all ran to the last quiet, ms (`--procs`: every process's, from its overlay's start
-    /// to its answer to the launcher's first round of counters, after the settling time). Against `real_ms − start_ms`
-    /// it says how busy the cores were, and per message what the run really cost beside
-    /// `c_us`.
+    /// to its answer to the launcher's first round of counters, after the settling time).
+    /// Against `real_ms − start_ms` it says how busy the cores were, and per message what
+    /// the run really cost beside `c_us`.
     pub real_cpu_ms: f64,
     /// `real_cpu_ms` per message sent, connections included, µs.
     pub real_cpu_us_per_msg: f64,
@@ -327,9 +327,7 @@ fn real(
     // The job's CPU: every reactor's, with the kernel's work on their sockets.
     let cpu_at_start = crate::engine::process_cpu();
     let go = c.epoch.elapsed();
-    for node in &c.nodes {
-        node.wake();
-    }
+    c.wake_all();
     let started = c.epoch.elapsed() - go;
     let mut cpu_at_quiet = cpu_at_start;
     let deadline = Instant::now() + cfg.timeout;
@@ -501,9 +499,7 @@ pub fn storm_connect(opts: &NodeOptions, tree: &Tree, l_us: f64) -> Result<f64, 
             None => PingPong::ponger(),
         })
     })?;
-    for node in &c.nodes {
-        node.wake();
-    }
+    c.wake_all();
     let wait = Duration::from_secs(30);
     let mut done = 0;
     while done + 1 < n {

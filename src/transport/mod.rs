@@ -523,6 +523,14 @@ where
         result
     }
 
+    /// Wake every node's protocol ([`NodeHandle::wake`]): a job whose protocols are held
+    /// ([`crate::proto::held::Held`]) starts them all at once.
+    pub fn wake_all(&self) {
+        for node in &self.nodes {
+            node.wake();
+        }
+    }
+
     /// What its nodes run on, as reports name it: the backend, or `uring+poll` when some
     /// reactors fell back to poll and others did not ([`NodeHandle::backend`]).
     pub fn backend_name(&self) -> String {

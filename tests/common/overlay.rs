@@ -85,9 +85,7 @@ pub fn builds_the_bmg(depth: u32, opts: NodeOptions) {
 fn nothing_in_flight(c: &Cluster<Overlay>, n: usize) {
     let mut last = None;
     for _ in 0..1000 {
-        for h in &c.nodes {
-            h.wake();
-        }
+        c.wake_all();
         let (mut sent, mut received, mut quiet, mut left) = (0, 0, true, n);
         while left > 0 {
             let (_, e) = c
