@@ -21,7 +21,7 @@
 //! stops and reports its final neighbors ([`Fingers`]) and its message count.
 
 use super::bmg::{tree_of, RealRun, Sent, Settling};
-use super::procs::{self, Job};
+use super::procs::{self, Job, ENDED};
 use super::stabilize::BenchError;
 use crate::bootstrap::stdio;
 use crate::engine::monotonic_ns;
@@ -344,6 +344,7 @@ pub(crate) fn real(
                         r["peer"]
                     )))
                 }
+                Some(ENDED) => return Err(ended_early(&mut job, id, "the BMG was built")),
                 _ => {}
             },
             // Quiet for a while: ask everyone for their counters.
@@ -387,18 +388,19 @@ fn ready(
     let mut backends = std::collections::BTreeSet::new();
     let mut left = n;
     while left > 0 {
-        let Ok((_, r)) = job
-            .reports
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        else {
+        let Some((id, r)) = job.report_by(deadline) else {
             return Err(BenchError::Timeout(
                 timeout,
                 format!("{left} of {n} processes did not bring their engine up"),
             ));
         };
-        if r["kind"] == "ready" {
-            backends.extend(r["backend"].as_str().map(str::to_owned));
-            left -= 1;
+        match r["kind"].as_str() {
+            Some("ready") => {
+                backends.extend(r["backend"].as_str().map(str::to_owned));
+                left -= 1;
+            }
+            Some(ENDED) => return Err(ended_early(job, id, "its engine came up")),
+            _ => {}
         }
     }
     Ok(backends)
@@ -430,6 +432,14 @@ impl Wave {
     }
 }
 
+/// Process `id` ended before `what`: an error naming it, and how it ended.
+fn ended_early(job: &mut Job, id: u64, what: &str) -> BenchError {
+    failed(format!(
+        "process {id} ended before {what}{}",
+        job.how_ended(id)
+    ))
+}
+
 /// Stop every process and read its final neighbors and message count.
 fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers>), BenchError> {
     job.tell_all(STOP)?;
@@ -437,19 +447,19 @@ fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers
     let (mut msgs, mut left) = (Sent::default(), n);
     let deadline = Instant::now() + timeout;
     while left > 0 {
-        let Ok((id, r)) = job
-            .reports
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        else {
+        let Some((id, r)) = job.report_by(deadline) else {
             return Err(BenchError::Timeout(
                 timeout,
                 format!("{left} of {n} processes did not report their final neighbors"),
             ));
         };
+        let slot = &mut finals[id as usize];
+        if r["kind"] == ENDED && slot.is_none() {
+            return Err(ended_early(job, id, "it reported its final neighbors"));
+        }
         if r["kind"] != "final" {
             continue;
         }
-        let slot = &mut finals[id as usize];
         if slot.is_none() {
             let f = serde_json::from_value(r["fingers"].clone())
                 .map_err(|e| failed(format!("process {id}'s final neighbors: {e}")))?;
@@ -468,6 +478,35 @@ fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process that ends after taking the peer list, before its engine is up, fails the
+    /// wait for `ready` at once, naming it and how it ended, instead of when the wait runs
+    /// out; the others, still running, are not blamed.
+    #[test]
+    fn a_process_that_ends_before_ready_is_named_at_once() {
+        let mut job = procs::spawn(Path::new("/bin/sh"), 2, |id, cmd| {
+            let after = if id == 1 { "exit 3" } else { "read -r go" };
+            cmd.args([
+                "-c",
+                &format!(
+                    "echo '{{\"listening\": \"127.0.0.1:{}\"}}'; read -r peers; {after}",
+                    9000 + id
+                ),
+            ]);
+        })
+        .unwrap();
+        job.hand_out_peers().unwrap();
+        let wait = Duration::from_secs(60);
+        let started = Instant::now();
+        let e = ready(&mut job, 2, Instant::now() + wait, wait)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("process 1 ended before its engine came up") && e.contains("exit status: 3"),
+            "{e}"
+        );
+        assert!(started.elapsed() < wait, "named before the wait ran out");
+    }
 
     /// A job is refused when its processes would not fit, naming both sizes; where the kernel
     /// does not say, it runs.

@@ -148,16 +148,37 @@ pub(crate) fn spawn(
             for line in out.lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str(&line) {
                     if tx.send((id, v)).is_err() {
-                        break;
+                        return;
                     }
                 }
             }
+            // Its stdout closed: it ended (or is about to). A launcher waiting for a report
+            // only it would send learns so now, not when its wait runs out.
+            let _ = tx.send((id, serde_json::json!({"kind": ENDED})));
         });
     }
     Ok(job)
 }
 
+/// The report the launcher's side adds when a process's stdout closes.
+pub(crate) const ENDED: &str = "ended";
+
 impl Job {
+    /// The next report of any process, or `None` once `deadline` passed.
+    pub(crate) fn report_by(&self, deadline: Instant) -> Option<(u64, serde_json::Value)> {
+        self.reports
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+    }
+
+    /// Why process `id` ended, for an error that names it (`""` if it still runs).
+    pub(crate) fn how_ended(&mut self, id: u64) -> String {
+        self.children
+            .get_mut(id as usize)
+            .and_then(Option::as_mut)
+            .map_or(String::new(), ended)
+    }
+
     /// Write the job's peer list to every process.
     pub(crate) fn hand_out_peers(&mut self) -> Result<(), BenchError> {
         let peers = PeerList::from_map(std::mem::take(&mut self.addrs));
@@ -210,15 +231,10 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         &["--heartbeat-us".into(), "0".into()],
     )?;
     let mut ran_on = Vec::new();
-    let next = |job: &Job, deadline: Instant| {
-        job.reports
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .ok()
-    };
 
     let deadline = Instant::now() + cfg.timeout;
     while !missing.is_empty() {
-        let Some((who, r)) = next(&job, deadline) else {
+        let Some((who, r)) = job.report_by(deadline) else {
             return Err(BenchError::Timeout(
                 cfg.timeout,
                 format!(
@@ -259,7 +275,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
     };
     let deadline = Instant::now() + cfg.timeout;
     let (epoch, stable_at) = loop {
-        let Some((who, r)) = next(&job, deadline) else {
+        let Some((who, r)) = job.report_by(deadline) else {
             return Err(BenchError::Timeout(
                 cfg.timeout,
                 format!("no stabilization after killing processes {victims:?}"),
@@ -294,7 +310,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         .iter()
         .any(|s| last_view.get(s).is_none_or(|(e, _)| *e != epoch))
     {
-        let Some((who, r)) = next(&job, deadline) else {
+        let Some((who, r)) = job.report_by(deadline) else {
             break;
         };
         let at = r["mono_ns"].as_u64().unwrap_or(0);
