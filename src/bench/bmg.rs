@@ -548,10 +548,20 @@ pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> 
 /// Run one N.
 pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let tree = tree_of(cfg.tree, n, cfg.degree, cfg.seed)?;
-    match cfg.procs {
-        None => super::route::fits_descriptors(n as usize)?,
-        Some(_) => super::bmg_procs::fits_memory(n)?,
-    }
+    let planned;
+    let cfg = match cfg.procs {
+        None => {
+            planned = BmgBenchConfig {
+                opts: super::route::plan_descriptors(n as usize, &cfg.opts)?,
+                ..cfg.clone()
+            };
+            &planned
+        }
+        Some(_) => {
+            super::bmg_procs::fits_memory(n)?;
+            cfg
+        }
+    };
     let spont = SpontaneousConfig {
         period: cfg.period,
         refresh: None,

@@ -1,7 +1,8 @@
-//! `weft bench bmg --procs`: the BMG construction with one OS process per node, for jobs whose
-//! connections do not fit in one process's descriptors (1024 in-process nodes need about
-//! 20 500) and for the launcher's view of a job: every process a separate address space,
-//! scheduled by the kernel like the ranks of an MPI job.
+//! `weft bench bmg --procs`: the BMG construction with one OS process per node, for the
+//! launcher's view of a job: every process a separate address space, scheduled by the kernel
+//! like the ranks of an MPI job. (In-process jobs whose connections do not fit in one
+//! descriptor table, 1024 nodes need about 20 500, give each reactor a table of its own:
+//! `ReactorOptions::own_descriptors`.)
 //!
 //! Both halves are here. The node process (`weft bench bmg-node`, started only by the
 //! launcher) builds its own copy of the launch tree from the same arguments, binds, says where

@@ -112,14 +112,14 @@ fn median(v: &mut [f64]) -> f64 {
 /// Run it.
 pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     let n = cfg.nodes;
-    fits_descriptors(n)?;
+    let opts = plan_descriptors(n, &cfg.opts)?;
     let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
     let (mail, boxes): (Vec<Sender<RouteRequest>>, Vec<Receiver<RouteRequest>>) =
         (0..n).map(|_| channel()).unzip();
     let boxes = Mutex::new(boxes.into_iter().map(Some).collect::<Vec<_>>());
     let route = cfg.route;
     let ring_for = ring.clone();
-    let mut c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
+    let mut c = Cluster::start(n, opts, move |i, _| {
         let rx = boxes.lock().expect("mailboxes")[i]
             .take()
             .expect("one router per node");
@@ -267,23 +267,39 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     })
 }
 
-/// Refuse a job of `n` in-process nodes whose BMG connections (both ends in this process, a
-/// listener each) would not fit under this process's descriptor limit: past it, dials and
-/// accepts fail with EMFILE and messages wait for retries that cannot succeed.
-pub fn fits_descriptors(n: usize) -> Result<(), BenchError> {
+/// The options to run `n` in-process BMG nodes with, or why they cannot run: their
+/// connections (both ends in this process) and a listener each must fit under the descriptor
+/// limit. Past it, dials and accepts fail with EMFILE and messages wait for retries that cannot
+/// succeed. When the whole job does not fit and each reactor's share does, each reactor takes a
+/// descriptor table of its own ([`ReactorOptions::own_descriptors`]).
+///
+/// [`ReactorOptions::own_descriptors`]: crate::engine::ReactorOptions::own_descriptors
+pub fn plan_descriptors(n: usize, opts: &NodeOptions) -> Result<NodeOptions, BenchError> {
     let fingers = bmg::neighbors(Rank(0), n as u32).len();
-    let need = n * (fingers + 1) + 64;
-    let limit = crate::engine::raise_descriptor_limit_for(need as u64)
+    let need = |nodes: usize| (nodes * (fingers + 1) + 64) as u64;
+    let reactors = opts
+        .reactors
+        .unwrap_or_else(crate::engine::online_cpus)
+        .clamp(1, n.max(1));
+    let share = need(n.div_ceil(reactors));
+    let limit = crate::engine::raise_descriptor_limit_for(need(n))
         .map_err(crate::engine::EngineError::from)?;
-    if need as u64 > limit {
-        return Err(BenchError::Config(format!(
-            "{n} in-process nodes with {fingers} BMG neighbors each need about {need} open \
-             descriptors; this process may open {limit} (the hard limit of `ulimit -n`, which \
-             only a process with CAP_SYS_RESOURCE may raise): run fewer nodes, raise the \
-             limit, or run with CAP_SYS_RESOURCE"
-        )));
+    let mut opts = opts.clone();
+    if need(n) <= limit || opts.reactor.own_descriptors {
+        return Ok(opts);
     }
-    Ok(())
+    if share <= limit {
+        opts.reactor.own_descriptors = true;
+        return Ok(opts);
+    }
+    Err(BenchError::Config(format!(
+        "{n} in-process nodes with {fingers} BMG neighbors each need about {} open \
+         descriptors, {share} on each of {reactors} reactors with a table of its own; this \
+         process may open {limit} (the hard limit of `ulimit -n`, which only a process with \
+         CAP_SYS_RESOURCE may raise): run fewer nodes, more reactors, raise the limit, or run \
+         with CAP_SYS_RESOURCE",
+        need(n)
+    )))
 }
 
 /// The next routing event of any node.

@@ -40,9 +40,10 @@ pub struct BenchBmgArgs {
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
-    /// One OS process per node (`weft bench bmg-node`), not in-process nodes: jobs whose
-    /// connections do not fit in one process's descriptors (1024 nodes need about 20 500).
-    /// The costs the projection uses are still measured on in-process nodes.
+    /// One OS process per node (`weft bench bmg-node`), not in-process nodes: every node a
+    /// separate address space, as the ranks of a launched job (in-process jobs past the
+    /// descriptor limit give each reactor a descriptor table of its own instead). The costs
+    /// the projection uses are still measured on in-process nodes.
     #[arg(long)]
     procs: bool,
     #[command(flatten)]
@@ -94,7 +95,8 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             weft::bench::bmg_procs::fits_memory(n)
                 .map_err(|e| anyhow::anyhow!("--nodes-list: {e}"))?;
         } else {
-            weft::bench::route::fits_descriptors(n as usize)
+            weft::bench::route::plan_descriptors(n as usize, &cfg.opts)
+                .map(drop)
                 .map_err(|e| anyhow::anyhow!("--nodes-list: {e} (or --procs)"))?;
         }
     }

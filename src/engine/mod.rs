@@ -13,6 +13,7 @@ pub mod congestion;
 pub mod guard;
 pub mod options;
 pub mod reactor;
+pub mod table;
 pub mod timers;
 pub mod uring;
 

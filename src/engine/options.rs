@@ -63,6 +63,12 @@ pub struct ReactorOptions {
     /// connection per peer; `weft bench broadcast` measures what it costs. Order per pair of
     /// nodes holds as always. Off by default.
     pub reconnect: bool,
+    /// Give each reactor thread a descriptor table of its own ([`super::table`]), so that the
+    /// limit on open descriptors bounds each reactor's nodes rather than the whole process's:
+    /// what lets one process host more nodes' sockets than its hard limit allows. A
+    /// reactor's sockets are then out of reach of every other thread, the process's socket
+    /// guard included. Off by default.
+    pub own_descriptors: bool,
 }
 
 /// Default [`ReactorOptions::max_strangers`]: far more than dial one node at once in a job's
@@ -109,6 +115,7 @@ impl Default for ReactorOptions {
             max_strangers: MAX_STRANGERS,
             startup_grace: Duration::ZERO,
             reconnect: false,
+            own_descriptors: false,
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::NodeId;
 use mio::{Poll, Waker};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -317,6 +318,13 @@ where
         fallback: crate::engine::forced_backend(opts.backend)?.is_none(),
         epoch,
     };
+    // With a descriptor table of its own, the reactor keeps its poll and listeners and this
+    // thread closes its copies of them once the reactor has its table.
+    let own = opts.reactor.own_descriptors;
+    let handed: Vec<RawFd> = std::iter::once(poll.as_raw_fd())
+        .chain(hosts.iter().map(|h| h.2.as_raw_fd()))
+        .collect();
+    let handed_here = handed.clone();
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),
         _ => format!("weft-r{}", core.unwrap_or(0)),
@@ -324,8 +332,14 @@ where
     // The reactor is set up on its thread (its ring belongs there); the start waits for that,
     // so that a reactor that cannot start (no ring, no descriptors left) fails the start
     // instead of leaving handles to a node that never ran.
-    let (ready, set_up) = std::sync::mpsc::channel();
+    let (ready, set_up) = std::sync::mpsc::channel::<(bool, Result<Backend, EngineError>)>();
     let thread = std::thread::Builder::new().name(name).spawn(move || {
+        if own {
+            if let Err(e) = crate::engine::table::take_own(&handed) {
+                let _ = ready.send((false, Err(e.into())));
+                return Ok(());
+            }
+        }
         if let Some(c) = core {
             core_affinity::set_for_current(core_affinity::CoreId { id: c });
         }
@@ -341,16 +355,22 @@ where
             .collect();
         match Started::new(cfg, poll, hosts, rx, events) {
             Ok(reactor) => {
-                let _ = ready.send(Ok(reactor.backend()));
+                let _ = ready.send((own, Ok(reactor.backend())));
                 reactor.run()
             }
             Err(e) => {
-                let _ = ready.send(Err(e));
+                let _ = ready.send((own, Err(e)));
                 Ok(())
             }
         }
     })?;
-    match set_up.recv() {
+    let set_up = set_up.recv().map(|(took_own, started)| {
+        if took_own {
+            crate::engine::table::close_handed(&handed_here);
+        }
+        started
+    });
+    match set_up {
         Ok(Ok(runs_on)) => {
             for h in &mut handles {
                 h.backend = runs_on;
