@@ -1043,6 +1043,15 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
             real("real_ms_min") <= real("real_ms") && real("real_ms") <= real("real_ms_max"),
             "{r}"
         );
+        // Each run against the projection from its own storm: the middle ratio in their range.
+        assert!(
+            real("ratio_turns_min") <= real("ratio_turns")
+                && real("ratio_turns") <= real("ratio_turns_max")
+                && real("ratio_turns_min") > 0.0,
+            "{r}"
+        );
+        // The CPU a connection costs is measured once the round starts, not racing it.
+        assert!(real("connect_cpu_us") > 0.0, "{r}");
         assert_eq!(r["converged"], true, "{r}");
         assert_eq!(r["wrong"], 0, "{r}");
         assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");

@@ -139,12 +139,18 @@ pub struct BmgBenchRow {
     pub real_cpu_ms: f64,
     /// `real_cpu_ms` per message sent, connections included, µs.
     pub real_cpu_us_per_msg: f64,
-    /// The storm projection with the cores working in reactor turns
+    /// The turns projection: the storm projection with the cores working in reactor turns
     /// ([`TimedWorld::with_turns`]): a core behind takes its whole backlog in one turn, the
     /// turn's sends leave at its end, and a process fires at most once a turn, ms.
     pub sim_turns_ms: f64,
-    /// `real_ms / sim_turns_ms`.
+    /// The middle of the real runs' ratios to the turns projection, each run against the
+    /// projection from the storm measured just before it (so `sim_turns_ms` is that pair's
+    /// projection, and `real_ms / sim_turns_ms` need not equal it).
     pub ratio_turns: f64,
+    /// The smallest of those ratios.
+    pub ratio_turns_min: f64,
+    /// The largest of those ratios.
+    pub ratio_turns_max: f64,
     /// Messages of the turns projection.
     pub sim_turns_msgs: u64,
     /// Of `sim_turns_msgs`, Algorithm 1's.
@@ -158,7 +164,7 @@ pub struct BmgBenchRow {
     pub sim_turns_leaf_fires: f64,
     /// Measured cost of a connection dialed while every process dials its tree parent at
     /// once, on its first message, µs ([`storm_connect`]): the middle of
-    /// [`BmgBenchRow::repeat`] storms.
+    /// [`BmgBenchRow::repeat`] storms, one just before each real run.
     pub storm_connect_us: f64,
     /// Every process's successor and fingers are the formulas'.
     pub converged: bool,
@@ -436,17 +442,20 @@ fn pinged(
     opts: &NodeOptions,
     peers: usize,
     iters: u64,
-) -> Result<(Cluster<crate::proto::ping::PingPong>, Duration), BenchError> {
+) -> Result<(Cluster<Held<crate::proto::ping::PingPong>>, Duration), BenchError> {
     use crate::engine::process_cpu;
     use crate::proto::ping::PingPong;
+    // Held until the CPU is read: started at once, the pinger's dials raced the reading, and
+    // the CPU charged to 32 connections went from 0 to 150 µs each from one round to the next.
     let c = Cluster::start(peers + 1, opts.clone(), move |i, ids| {
-        if i == 0 {
+        Held::new(if i == 0 {
             PingPong::fan_out(ids[1..].to_vec(), vec![32], iters, 0)
         } else {
             PingPong::ponger()
-        }
+        })
     })?;
     let before = process_cpu();
+    c.wake_all();
     loop {
         match c.events.recv_timeout(Duration::from_secs(10)) {
             Ok((_, NodeEvent::Protocol(Event::Done))) => break,
@@ -532,7 +541,7 @@ pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> 
     let mut extra = Vec::with_capacity(trials as usize);
     for _ in 0..trials.max(1) {
         let (c, _) = pinged(opts, 1, 21)?;
-        let pinger = c.stop_all()?.into_iter().next();
+        let pinger = c.stop_all()?.into_iter().next().map(Held::into_inner);
         let rtts: Vec<u64> =
             pinger.map_or(Vec::new(), |p| p.samples().iter().map(|s| s.1).collect());
         if let Some((first, rest)) = rtts.split_first().filter(|(_, r)| !r.is_empty()) {
@@ -569,16 +578,24 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     };
     let (l_us, c_us, cores) = measure_engine_at(n.max(2), &cfg.opts)?;
     let connect_us = connect_cost(&cfg.opts, 15)?;
-    let connect_cpu_us = connect_cpu(&cfg.opts, 32, c_us, 5)?.min(connect_us);
-    // The storm's wait is the turns projection's main input: the middle of as many storms as
-    // real runs, so it is no noisier than the real time it is set beside.
-    let mut storms = (0..cfg.repeat.max(1))
-        .map(|_| storm_connect(&cfg.opts, &tree, l_us))
-        .collect::<Result<Vec<f64>, _>>()?;
-    storms.sort_by(f64::total_cmp);
-    let storm_us = storms[storms.len() / 2].max(connect_cpu_us);
+    // The work of a connection, not the spinning of idle reactors between the round's
+    // events: measured with blocking reactors, 128 connections a round to share their wakes.
+    let blocking = NodeOptions {
+        reactor: crate::engine::ReactorOptions {
+            wait: crate::engine::WaitMode::Block,
+            ..cfg.opts.reactor.clone()
+        },
+        ..cfg.opts.clone()
+    };
+    let connect_cpu_us = connect_cpu(&blocking, 128, c_us, 5)?.min(connect_us);
+    // The storm's wait is the turns projection's main input. Each real run follows a storm of
+    // its own, and is set beside the projection from that storm: the two see the same state
+    // of the host (a noisy neighbour, a busy minute), which a median storm measured minutes
+    // apart does not.
+    let mut storms = Vec::with_capacity(cfg.repeat.max(1) as usize);
     let mut runs = Vec::with_capacity(cfg.repeat.max(1) as usize);
     for _ in 0..cfg.repeat.max(1) {
+        storms.push(storm_connect(&cfg.opts, &tree, l_us)?.max(connect_cpu_us));
         let run = match &cfg.procs {
             None => real(&tree, spont, cfg)?,
             Some(exe) => super::bmg_procs::real(
@@ -595,6 +612,10 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         runs.push((run, wrong));
     }
     let wrong = runs.iter().map(|r| r.1).max().unwrap_or(0);
+    let paired: Vec<Duration> = runs.iter().map(|r| r.0.last).collect();
+    let mut middle = storms.clone();
+    middle.sort_by(f64::total_cmp);
+    let storm_us = middle[middle.len() / 2];
     runs.sort_by_key(|r| r.0.last);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let (real_ms_min, real_ms_max) = (ms(runs[0].0.last), ms(runs[runs.len() - 1].0.last));
@@ -624,7 +645,19 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, split_wait, false, false);
     let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_wait, false, false);
     let (sim_queued_t, sim_queued_msgs) = project(connect_cpu_us, split_wait, true, false);
-    let (sim_turns_t, sim_turns_msgs) = project(connect_cpu_us, storm_wait, false, true);
+    // Each real run against the turns projection from its own storm; the row gives the
+    // middle pair's projection and ratio, and the range of the ratios.
+    let mut turns = storms
+        .iter()
+        .zip(&paired)
+        .map(|(&storm, &real)| {
+            let (t, m) = project(connect_cpu_us, storm - connect_cpu_us, false, true);
+            (real.as_secs_f64() / t.as_secs_f64().max(1e-12), t, m)
+        })
+        .collect::<Vec<_>>();
+    turns.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (ratio_turns_min, ratio_turns_max) = (turns[0].0, turns[turns.len() - 1].0);
+    let (ratio_turns, sim_turns_t, sim_turns_msgs) = turns.swap_remove(turns.len() / 2);
     let sim_turns_ms = sim_turns_t.as_secs_f64() * 1e3;
     let sim_queued_ms = sim_queued_t.as_secs_f64() * 1e3;
     let sim_storm_ms = sim_storm_t.as_secs_f64() * 1e3;
@@ -665,7 +698,9 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         real_cpu_ms: cpu.as_secs_f64() * 1e3,
         real_cpu_us_per_msg: cpu.as_secs_f64() * 1e6 / msgs.all.max(1) as f64,
         sim_turns_ms,
-        ratio_turns: real_ms / sim_turns_ms.max(1e-9),
+        ratio_turns,
+        ratio_turns_min,
+        ratio_turns_max,
         sim_turns_msgs: sim_turns_msgs.all,
         sim_turns_ring_msgs: sim_turns_msgs.ring,
         leaf_fires: msgs.leaf_fires(),
