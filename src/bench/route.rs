@@ -296,8 +296,8 @@ pub fn plan_descriptors(n: usize, opts: &NodeOptions) -> Result<NodeOptions, Ben
         "{n} in-process nodes with {fingers} BMG neighbors each need about {} open \
          descriptors, {share} on each of {reactors} reactors with a table of its own; this \
          process may open {limit} (the hard limit of `ulimit -n`, which only a process with \
-         CAP_SYS_RESOURCE may raise): run fewer nodes, more reactors, raise the limit, or run \
-         with CAP_SYS_RESOURCE",
+         CAP_SYS_RESOURCE may raise): run fewer nodes, raise the limit, or run with \
+         CAP_SYS_RESOURCE",
         need(n)
     )))
 }
