@@ -83,6 +83,13 @@ pub struct MedianInterval {
     pub n: usize,
 }
 
+/// The middle of `v` once sorted (the upper one of an even count), 0 for none: what a
+/// benchmark sets beside its peer from a handful of noisy repeats. Sorts `v`.
+pub fn middle(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// [`MedianInterval`] of `values` (`None` if there are none).
 ///
 /// With `X ~ Binomial(n, 1/2)` the count of values below the true median, the interval from
@@ -125,6 +132,13 @@ pub fn median_interval(values: &[f64]) -> Option<MedianInterval> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_middle_is_the_upper_middle_of_the_sorted_values() {
+        assert_eq!(middle(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(middle(&mut [4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert_eq!(middle(&mut []), 0.0);
+    }
 
     #[test]
     fn median_interval_uses_the_sign_test_order_statistics() {

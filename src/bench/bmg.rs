@@ -19,6 +19,7 @@
 use super::stabilize::BenchError;
 use super::validate::measure_engine_at;
 use crate::engine::reactor::NodeEvent;
+use crate::metrics::middle;
 use crate::proto::held::Held;
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
@@ -488,8 +489,7 @@ pub fn connect_cpu(
         c.stop_all()?;
         per.push((spent.as_secs_f64() * 1e6 / peers as f64 - 2.0 * c_us).max(0.0));
     }
-    per.sort_by(f64::total_cmp);
-    Ok(per[per.len() / 2])
+    Ok(middle(&mut per))
 }
 
 /// What a new connection adds to its first message when every process of the job dials at
@@ -529,9 +529,7 @@ pub fn storm_connect(opts: &NodeOptions, tree: &Tree, l_us: f64) -> Result<f64, 
         .map(Held::into_inner)
         .filter_map(|p| p.samples().first().map(|s| s.1 as f64 / 1e3))
         .collect();
-    first.sort_by(f64::total_cmp);
-    let median = first.get(first.len() / 2).copied().unwrap_or(0.0);
-    Ok((median - 2.0 * l_us).max(0.0))
+    Ok((middle(&mut first) - 2.0 * l_us).max(0.0))
 }
 
 /// What a new connection adds to its first message, µs: the median over `trials` fresh
@@ -550,8 +548,7 @@ pub fn connect_cost(opts: &NodeOptions, trials: u32) -> Result<f64, BenchError> 
             extra.push(first.saturating_sub(rest[rest.len() / 2]) as f64 / 1e3);
         }
     }
-    extra.sort_by(f64::total_cmp);
-    Ok(extra.get(extra.len() / 2).copied().unwrap_or(0.0))
+    Ok(middle(&mut extra))
 }
 
 /// Run one N.
@@ -613,9 +610,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     }
     let wrong = runs.iter().map(|r| r.1).max().unwrap_or(0);
     let paired: Vec<Duration> = runs.iter().map(|r| r.0.last).collect();
-    let mut middle = storms.clone();
-    middle.sort_by(f64::total_cmp);
-    let storm_us = middle[middle.len() / 2];
+    let storm_us = middle(&mut storms.clone());
     runs.sort_by_key(|r| r.0.last);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let (real_ms_min, real_ms_max) = (ms(runs[0].0.last), ms(runs[runs.len() - 1].0.last));

@@ -18,6 +18,7 @@ use super::checkpoint::draw_victims;
 use super::ping;
 use super::stabilize::BenchError;
 use crate::engine::reactor::NodeEvent;
+use crate::metrics::middle;
 use crate::proto::route::{Route, RouteConfig, RouteEvent, RouteRequest};
 use crate::proto::Event;
 use crate::rng::SimRng;
@@ -99,14 +100,6 @@ pub struct RouteBenchRow {
     pub backend: String,
     /// Seed.
     pub seed: u64,
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Run it.
@@ -240,8 +233,8 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     // The floor, after the cluster is gone (it would share the cores).
     let floor = ping::engine(&[cfg.size], 2000, cfg.opts.clone())?;
     let l_us = floor.first().map_or(0.0, |r| r.p50_us);
-    let hop_us = median(&mut per_hop);
-    let direct_us = median(&mut direct);
+    let hop_us = middle(&mut per_hop);
+    let direct_us = middle(&mut direct);
     Ok(RouteBenchRow {
         nodes: n,
         dead: victims.len(),
@@ -257,7 +250,7 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
         live: live.len(),
         broadcast_ms: broadcast.as_secs_f64() * 1e3,
         hop_us,
-        probe_rtt_us: median(&mut rtts),
+        probe_rtt_us: middle(&mut rtts),
         probe_hops: probe_hops as f64 / cfg.probes.max(1) as f64,
         direct_us,
         hop_over_direct: hop_us / direct_us.max(1e-9),

@@ -321,9 +321,13 @@ where
     // With a descriptor table of its own, the reactor keeps its poll and listeners and this
     // thread closes its copies of them once the reactor has its table.
     let own = opts.reactor.own_descriptors;
-    let handed: Vec<RawFd> = std::iter::once(poll.as_raw_fd())
-        .chain(hosts.iter().map(|h| h.2.as_raw_fd()))
-        .collect();
+    let handed: Vec<RawFd> = if own {
+        std::iter::once(poll.as_raw_fd())
+            .chain(hosts.iter().map(|h| h.2.as_raw_fd()))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let handed_here = handed.clone();
     let name = match handles.as_slice() {
         [one] => format!("weft-{}", one.id),
