@@ -1,8 +1,9 @@
 //! One process hosts more nodes' sockets than its descriptor limit allows once each reactor
 //! takes a descriptor table of its own (`ReactorOptions::own_descriptors`): the BMG of a job
 //! that does not fit under the limit converges with every finger right, a killed node's
-//! listener stops listening, and no reactor keeps the caller's pipes open. A test file of its
-//! own because it lowers this process's hard limit, which it cannot raise again.
+//! listener stops listening, no reactor keeps the caller's pipes open, and a sandbox that
+//! refuses `unshare` is named. A test file of its own because it lowers this process's hard
+//! limit, which it cannot raise again.
 
 mod common;
 
@@ -130,6 +131,26 @@ fn a_killed_node_stops_listening_on(backend: Backend) {
     let e = TcpStream::connect(addr).expect_err("a killed node still listens");
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{backend}: {e}");
     c.shutdown().unwrap();
+}
+
+/// A sandbox that refuses `unshare` (Docker's default seccomp profile, without
+/// CAP_SYS_ADMIN) fails the start with an error that names the call, not a bare EPERM.
+#[test]
+fn a_refused_unshare_is_named() {
+    let e = std::thread::spawn(|| {
+        common::seccomp::refuse_in_this_thread(libc::SYS_unshare, libc::EPERM).unwrap();
+        let mut o = opts(Some(Backend::Poll), 2);
+        o.reactor.own_descriptors = true;
+        Cluster::start(4, o, |_, _| PingPong::ponger()).map(|_| ())
+    })
+    .join()
+    .unwrap()
+    .expect_err("unshare is refused")
+    .to_string();
+    assert!(
+        e.contains("unshare(CLONE_FILES)") && e.contains("descriptor table"),
+        "{e}"
+    );
 }
 
 /// A reactor's table, a copy of the process's, does not keep the caller's pipes open: a child

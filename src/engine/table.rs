@@ -26,7 +26,13 @@ use std::os::fd::RawFd;
 pub fn take_own(keep: &[RawFd]) -> io::Result<()> {
     // SAFETY: unshare takes no pointers; it only affects the calling thread.
     if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
-        return Err(io::Error::last_os_error());
+        // A sandbox may refuse unshare (Docker's default seccomp profile does, without
+        // CAP_SYS_ADMIN): say which call, so the user knows what to allow.
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("unshare(CLONE_FILES) for a reactor's own descriptor table: {e}"),
+        ));
     }
     let mut keep: Vec<u32> = keep
         .iter()

@@ -85,6 +85,34 @@ pub fn refuse_io_uring(cmd: &mut Command, errno: i32) -> &mut Command {
     }
 }
 
+/// Have every system call `nr` of the calling thread, and of the threads it starts from now
+/// on, fail with `errno` (as a sandbox's profile refuses it). Other threads are not filtered.
+pub fn refuse_in_this_thread(nr: libc::c_long, errno: i32) -> std::io::Result<()> {
+    let prog = program(
+        nr,
+        libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA),
+    );
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl reads the program, which outlives the calls; both affect this thread only
+    // (no SECCOMP_FILTER_FLAG_TSYNC).
+    let ok = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog,
+            ) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Refusals of `io_uring_enter`: from [`EnterRefusals::install`] on, every `io_uring_enter` of
 /// the calling thread, and of every thread it starts afterwards, waits for a supervisor
 /// thread (a seccomp user notification). Of every `period` calls the supervisor refuses the
