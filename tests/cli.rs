@@ -920,6 +920,9 @@ fn bench_bmg_procs_runs_a_process_per_node_and_every_finger_is_right() {
     assert!(r["real_cpu_ms"].as_f64().unwrap() > 0.0, "{r}");
     // Their leaves' firings are: every leaf fires at least once (its first `Info`).
     assert!(r["leaf_fires"].as_f64().unwrap() >= 1.0, "{r}");
+    // Each process says when its state last changed, on the host's clock: the BMG built.
+    assert!(r["built_ms"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["conns"].is_null(), "{r}");
     let r = one_json(&succeed(&[
         "bench",
         "bmg",
@@ -1048,6 +1051,28 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
             real("ratio_turns_min") <= real("ratio_turns")
                 && real("ratio_turns") <= real("ratio_turns_max")
                 && real("ratio_turns_min") > 0.0,
+            "{r}"
+        );
+        // The BMG is built at the last change of any process's state, after the ring went
+        // quiet: measured and projected, each run against its own projections.
+        assert!(
+            real("built_ms_min") <= real("built_ms") && real("built_ms") <= real("built_ms_max"),
+            "{r}"
+        );
+        for ratio in ["ratio_built", "ratio_crossing"] {
+            let (lo, mid, hi) = (
+                real(&format!("{ratio}_min")),
+                real(ratio),
+                real(&format!("{ratio}_max")),
+            );
+            assert!(lo <= mid && mid <= hi && lo > 0.0, "{ratio}: {r}");
+        }
+        assert!(real("sim_turns_built_ms") > 0.0, "{r}");
+        // Every connection's two ends are counted; dials that cross open two, in the
+        // crossing projection as in the engine.
+        assert!(r["conns"].as_u64().unwrap() > 0, "{r}");
+        assert!(
+            r["sim_crossing_conns"].as_u64().unwrap() >= r["sim_turns_conns"].as_u64().unwrap(),
             "{r}"
         );
         // The CPU a connection costs is measured once the round starts, not racing it.

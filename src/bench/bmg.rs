@@ -12,9 +12,14 @@
 //! ("turns", [`TimedWorld::with_turns`]), as the engine's do.
 //!
 //! Both runs use the same spontaneous period and no refresh (the paper's simulator: a quiet
-//! process fires no more until a message changes its state), so the real run ends, and is
-//! timed, when the last process reports itself quiet and nothing wakes any process for a
-//! settling time after that.
+//! process fires no more until a message changes its state), so the real run ends when the
+//! last process reports itself quiet and nothing wakes any process for a settling time after
+//! that. Two ends are timed in both: the last quiet, and the BMG built, the last change of
+//! any process's state ([`Stamped`]). A process is quiet once its own rules are settled;
+//! Algorithm 2's messages it forwarded still set others' fingers after that, for as long
+//! again at 256 processes. The turns projection is also run with crossing dials
+//! ([`TimedWorld::with_crossing_dials`]), and both count their connections beside the
+//! engine's.
 
 use super::stabilize::BenchError;
 use super::validate::measure_engine_at;
@@ -23,6 +28,7 @@ use crate::metrics::middle;
 use crate::proto::held::Held;
 use crate::proto::overlay::Overlay;
 use crate::proto::spontaneous::SpontaneousConfig;
+use crate::proto::stamped::Stamped;
 use crate::proto::{Event, Time};
 use crate::sim::bmg::{overlay_of, wrong_fingers, Fingers};
 use crate::sim::timed::{Net, TimedConfig, TimedWorld};
@@ -133,10 +139,11 @@ pub struct BmgBenchRow {
     /// Of `sim_queued_msgs`, Algorithm 1's.
     pub sim_queued_ring_msgs: u64,
     /// Real: the CPU of every node (reactors and the kernel's socket work) from the moment
-    /// all ran to the last quiet, ms (`--procs`: every process's, from its overlay's start
-    /// to its answer to the launcher's first round of counters, after the settling time).
-    /// Against `real_ms − start_ms` it says how busy the cores were, and per message what
-    /// the run really cost beside `c_us`.
+    /// all ran to the end of the settling time, Algorithm 2's last messages included, ms
+    /// (`--procs`: every process's, from its overlay's start to its answer to the
+    /// launcher's first round of counters, after the settling time). Against `built_ms`
+    /// it says how busy the cores were, and per message what the run really cost beside
+    /// `c_us`.
     pub real_cpu_ms: f64,
     /// `real_cpu_ms` per message sent, connections included, µs.
     pub real_cpu_us_per_msg: f64,
@@ -152,6 +159,41 @@ pub struct BmgBenchRow {
     pub ratio_turns_min: f64,
     /// The largest of those ratios.
     pub ratio_turns_max: f64,
+    /// Real: start to the BMG built, the last change of any process's state, ms; the middle
+    /// of the runs. A process goes quiet once its own rules are settled, while Algorithm 2's
+    /// messages it forwarded are still on their way and change others' fingers: the
+    /// construction ends here, after the last quiet.
+    pub built_ms: f64,
+    /// The fastest of the real runs to built, ms.
+    pub built_ms_min: f64,
+    /// The slowest of the real runs to built, ms.
+    pub built_ms_max: f64,
+    /// The turns projection's time to built, ms (the middle pair's).
+    pub sim_turns_built_ms: f64,
+    /// The middle of the real runs' built times over their own turns projections'.
+    pub ratio_built: f64,
+    /// The smallest of those ratios.
+    pub ratio_built_min: f64,
+    /// The largest of those ratios.
+    pub ratio_built_max: f64,
+    /// Real: connections authenticated, the middle run's (`None` with `--procs`). The
+    /// engine keeps both connections of two processes that dialed each other at once.
+    pub conns: Option<u64>,
+    /// The turns projection's connections: one per pair of processes that exchanged a
+    /// message.
+    pub sim_turns_conns: u64,
+    /// The turns projection with crossing dials ([`TimedWorld::with_crossing_dials`]): two
+    /// processes that send each other a first message before the other's arrived open two
+    /// connections, as the engine does; its time to built, ms (the middle pair's).
+    pub sim_crossing_built_ms: f64,
+    /// The middle of the real runs' built times over their own crossing projections'.
+    pub ratio_crossing: f64,
+    /// The smallest of those ratios.
+    pub ratio_crossing_min: f64,
+    /// The largest of those ratios.
+    pub ratio_crossing_max: f64,
+    /// The crossing projection's connections.
+    pub sim_crossing_conns: u64,
     /// Messages of the turns projection.
     pub sim_turns_msgs: u64,
     /// Of `sim_turns_msgs`, Algorithm 1's.
@@ -272,6 +314,8 @@ impl Settling {
 pub(crate) struct RealRun {
     /// From the start to the last process going quiet.
     pub(crate) last: Duration,
+    /// From the start to the last change of any process's state: the BMG built.
+    pub(crate) built: Duration,
     /// From the start until every node ran.
     pub(crate) started: Duration,
     /// Messages sent.
@@ -282,6 +326,8 @@ pub(crate) struct RealRun {
     pub(crate) backend: String,
     /// CPU of every node over the construction ([`BmgBenchRow::real_cpu_ms`]).
     pub(crate) cpu: Duration,
+    /// Connections authenticated (`None`: not counted).
+    pub(crate) connections: Option<u64>,
 }
 
 /// Messages of a run: all, and Algorithm 1's among them; and how often the leaves fired.
@@ -295,8 +341,8 @@ pub(crate) struct Sent {
 }
 
 impl Sent {
-    fn of(nodes: &[Overlay]) -> Self {
-        nodes.iter().fold(Self::default(), |s, o| {
+    fn of<'a>(nodes: impl IntoIterator<Item = &'a Overlay>) -> Self {
+        nodes.into_iter().fold(Self::default(), |s, o| {
             let leaf = o.ring.is_leaf().then(|| o.fired());
             s.add(o.sent(), o.ring_sent(), leaf)
         })
@@ -329,16 +375,16 @@ fn real(
     // Every reactor comes up with its overlays held; all start at one moment, `go`, from
     // which the run is timed (the projection starts all at 0).
     let c = Cluster::start(n, cfg.opts.clone(), move |i, _| {
-        Held::new(overlay_of(&launch, i as u32, spont))
+        Held::new(Stamped::new(overlay_of(&launch, i as u32, spont)))
     })?;
     // The job's CPU: every reactor's, with the kernel's work on their sockets.
     let cpu_at_start = crate::engine::process_cpu();
     let go = c.epoch.elapsed();
     c.wake_all();
     let started = c.epoch.elapsed() - go;
-    let mut cpu_at_quiet = cpu_at_start;
     let deadline = Instant::now() + cfg.timeout;
     let mut settling = Settling::new(n);
+    let mut ends = 0u64;
     loop {
         let wait = if settling.all_quiet() {
             cfg.settle
@@ -347,11 +393,12 @@ fn real(
         };
         match c.events.recv_timeout(wait) {
             Ok((id, NodeEvent::Protocol(Event::Quiet { at }))) => {
-                cpu_at_quiet = crate::engine::process_cpu();
                 // The nodes' clocks start at the cluster's epoch.
                 settling.quiet(id.0 as usize, at.since(Time::ZERO).saturating_sub(go));
             }
             Ok((id, NodeEvent::Protocol(Event::Woke))) => settling.woke(id.0 as usize),
+            // Each end of a connection says so.
+            Ok((_, NodeEvent::Authenticated(_))) => ends += 1,
             Ok((id, NodeEvent::Suspect(p))) => {
                 // The engine says why right after the suspicion.
                 let why = c
@@ -367,17 +414,24 @@ fn real(
             Err(_) => return Err(settling.timed_out(cfg.timeout)),
         }
     }
+    // The construction's CPU, Algorithm 2's last messages included (idle since: the
+    // settling time is silent, and blocking reactors do not spin).
+    let cpu = crate::engine::process_cpu().saturating_sub(cpu_at_start);
     let backend = c.backend_name();
-    let finals: Vec<Overlay> = c.stop_all()?.into_iter().map(Held::into_inner).collect();
+    let stamped: Vec<Stamped<Overlay>> = c.stop_all()?.into_iter().map(Held::into_inner).collect();
+    let built = built_at(&stamped).saturating_sub(go);
+    let finals: Vec<Overlay> = stamped.into_iter().map(Stamped::into_inner).collect();
     let msgs = Sent::of(&finals);
     let fingers = finals.iter().map(Fingers::of).collect();
     Ok(RealRun {
         last: settling.last,
+        built,
         started,
         msgs,
         fingers,
         backend,
-        cpu: cpu_at_quiet.saturating_sub(cpu_at_start),
+        cpu,
+        connections: Some(ends / 2),
     })
 }
 
@@ -392,9 +446,33 @@ struct Charges {
     queued: bool,
     /// The cores work in reactor turns ([`TimedWorld::with_turns`]).
     turns: bool,
+    /// Two processes dialing each other at once open two connections
+    /// ([`TimedWorld::with_crossing_dials`]).
+    crossing: bool,
 }
 
-/// The timed simulator's run of the same tree: (time of the last quiet, messages).
+/// When the last process's state changed, on the processes' clock: the BMG built (a
+/// process goes quiet when its own rules are settled, before the messages it forwards for
+/// others have arrived).
+fn built_at(nodes: &[Stamped<Overlay>]) -> Duration {
+    let last = nodes.iter().filter_map(Stamped::changed).max();
+    last.map_or(Duration::ZERO, |t| t.since(Time::ZERO))
+}
+
+/// What a projection gives.
+#[derive(Clone, Copy, Debug)]
+struct Projected {
+    /// The last process going quiet.
+    quiet: Duration,
+    /// The last change of any process's state ([`built_at`]).
+    built: Duration,
+    /// Messages sent.
+    sent: Sent,
+    /// Connections opened.
+    conns: u64,
+}
+
+/// The timed simulator's run of the same tree.
 fn projected(
     tree: &Tree,
     spont: SpontaneousConfig,
@@ -402,9 +480,12 @@ fn projected(
     c: Duration,
     charges: Charges,
     cores: u32,
-) -> (Duration, Sent) {
+) -> Projected {
     let mut w = TimedWorld::new(
-        overlays(tree, spont),
+        overlays(tree, spont)
+            .into_iter()
+            .map(Stamped::new)
+            .collect(),
         TimedConfig {
             net: Net::Constant { l },
             // A message's CPU, half at each end.
@@ -416,6 +497,9 @@ fn projected(
     .share_cores(cores)
     .with_connect(charges.connect)
     .with_connect_wait(charges.wait);
+    if charges.crossing {
+        w = w.with_crossing_dials();
+    }
     if charges.queued {
         w = w.with_queued_handshake();
     }
@@ -431,9 +515,15 @@ fn projected(
             }
         }
     }
-    let sent = Sent::of(w.nodes());
+    let built = built_at(w.nodes());
+    let sent = Sent::of(w.nodes().iter().map(Stamped::inner));
     debug_assert_eq!(sent.all, w.sent);
-    (Duration::from_nanos(last), sent)
+    Projected {
+        quiet: Duration::from_nanos(last),
+        built,
+        sent,
+        conns: w.connections,
+    }
 }
 
 /// One process pings `peers` fresh processes `iters` rounds (each round all of them at once,
@@ -609,14 +699,19 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         runs.push((run, wrong));
     }
     let wrong = runs.iter().map(|r| r.1).max().unwrap_or(0);
-    let paired: Vec<Duration> = runs.iter().map(|r| r.0.last).collect();
+    let paired: Vec<(Duration, Duration)> = runs.iter().map(|r| (r.0.last, r.0.built)).collect();
     let storm_us = middle(&mut storms.clone());
-    runs.sort_by_key(|r| r.0.last);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut built: Vec<f64> = paired.iter().map(|p| ms(p.1)).collect();
+    let built_ms = middle(&mut built);
+    let (built_ms_min, built_ms_max) = (built[0], built[built.len() - 1]);
+    runs.sort_by_key(|r| r.0.last);
     let (real_ms_min, real_ms_max) = (ms(runs[0].0.last), ms(runs[runs.len() - 1].0.last));
     let (run, _) = runs.swap_remove(runs.len() / 2);
     let RealRun {
         last: real_t,
+        built: _,
+        connections,
         started: start_t,
         msgs,
         fingers: _,
@@ -624,35 +719,63 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         cpu,
     } = run;
     let us = |x: f64| Duration::from_secs_f64(x / 1e6);
-    let project = |cpu_us: f64, wait_us: f64, queued: bool, turns: bool| {
+    let project_with = |cpu_us: f64, wait_us: f64, queued: bool, turns: bool, crossing: bool| {
         let charges = Charges {
             connect: us(cpu_us),
             wait: us(wait_us),
             queued,
             turns,
+            crossing,
         };
         projected(&tree, spont, us(l_us), us(c_us), charges, cores)
     };
-    let (sim_t, sim_msgs) = project(0.0, 0.0, false, false);
-    let (sim_connect_t, _) = project(connect_us, 0.0, false, false);
+    let project = |cpu_us: f64, wait_us: f64, queued: bool, turns: bool| {
+        project_with(cpu_us, wait_us, queued, turns, false)
+    };
+    let free = project(0.0, 0.0, false, false);
+    let (sim_t, sim_msgs) = (free.quiet, free.sent);
+    let sim_connect_t = project(connect_us, 0.0, false, false).quiet;
     let split_wait = connect_us - connect_cpu_us;
     let storm_wait = storm_us - connect_cpu_us;
-    let (sim_split_t, sim_split_msgs) = project(connect_cpu_us, split_wait, false, false);
-    let (sim_storm_t, sim_storm_msgs) = project(connect_cpu_us, storm_wait, false, false);
-    let (sim_queued_t, sim_queued_msgs) = project(connect_cpu_us, split_wait, true, false);
+    let split = project(connect_cpu_us, split_wait, false, false);
+    let (sim_split_t, sim_split_msgs) = (split.quiet, split.sent);
+    let storm = project(connect_cpu_us, storm_wait, false, false);
+    let (sim_storm_t, sim_storm_msgs) = (storm.quiet, storm.sent);
+    let queued = project(connect_cpu_us, split_wait, true, false);
+    let (sim_queued_t, sim_queued_msgs) = (queued.quiet, queued.sent);
     // Each real run against the turns projection from its own storm; the row gives the
-    // middle pair's projection and ratio, and the range of the ratios.
-    let mut turns = storms
+    // middle pair's projection and ratio, and the range of the ratios; for the last quiet
+    // and for the BMG built alike.
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-12);
+    let pairs: Vec<(f64, f64, f64, Projected, Projected)> = storms
         .iter()
         .zip(&paired)
-        .map(|(&storm, &real)| {
-            let (t, m) = project(connect_cpu_us, storm - connect_cpu_us, false, true);
-            (real.as_secs_f64() / t.as_secs_f64().max(1e-12), t, m)
+        .map(|(&storm, &(last, built))| {
+            let wait = storm - connect_cpu_us;
+            let p = project(connect_cpu_us, wait, false, true);
+            let x = project_with(connect_cpu_us, wait, false, true, true);
+            (
+                ratio(last, p.quiet),
+                ratio(built, p.built),
+                ratio(built, x.built),
+                p,
+                x,
+            )
         })
-        .collect::<Vec<_>>();
-    turns.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (ratio_turns_min, ratio_turns_max) = (turns[0].0, turns[turns.len() - 1].0);
-    let (ratio_turns, sim_turns_t, sim_turns_msgs) = turns.swap_remove(turns.len() / 2);
+        .collect();
+    type Pair = (f64, f64, f64, Projected, Projected);
+    let by = |key: fn(&Pair) -> (f64, Projected)| {
+        let mut v: Vec<(f64, Projected)> = pairs.iter().map(key).collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (lo, hi) = (v[0].0, v[v.len() - 1].0);
+        let (mid, p) = v.swap_remove(v.len() / 2);
+        (mid, lo, hi, p)
+    };
+    let (ratio_turns, ratio_turns_min, ratio_turns_max, turns) = by(|p| (p.0, p.3));
+    let (sim_turns_t, sim_turns_msgs) = (turns.quiet, turns.sent);
+    let (ratio_built, ratio_built_min, ratio_built_max, turns_built) = by(|p| (p.1, p.3));
+    let (ratio_crossing, ratio_crossing_min, ratio_crossing_max, crossing) = by(|p| (p.2, p.4));
+    let sim_turns_built_ms = ms(turns_built.built);
     let sim_turns_ms = sim_turns_t.as_secs_f64() * 1e3;
     let sim_queued_ms = sim_queued_t.as_secs_f64() * 1e3;
     let sim_storm_ms = sim_storm_t.as_secs_f64() * 1e3;
@@ -696,6 +819,20 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio_turns,
         ratio_turns_min,
         ratio_turns_max,
+        built_ms,
+        built_ms_min,
+        built_ms_max,
+        sim_turns_built_ms,
+        ratio_built,
+        ratio_built_min,
+        ratio_built_max,
+        conns: connections,
+        sim_turns_conns: turns.conns,
+        sim_crossing_built_ms: ms(crossing.built),
+        ratio_crossing,
+        ratio_crossing_min,
+        ratio_crossing_max,
+        sim_crossing_conns: crossing.conns,
         sim_turns_msgs: sim_turns_msgs.all,
         sim_turns_ring_msgs: sim_turns_msgs.ring,
         leaf_fires: msgs.leaf_fires(),
@@ -759,6 +896,67 @@ mod tests {
         let sent: u64 = w.nodes().iter().map(Overlay::sent).sum();
         let received: u64 = w.nodes().iter().map(Overlay::received).sum();
         assert_eq!((sent, received), (w.sent, w.sent));
+    }
+
+    /// The stamped end of a projection is the moment the last finger is set: the oracle
+    /// finds a process wrong just before it and none from then on, while the last process
+    /// went quiet earlier (Algorithm 2's forwarded messages were still on their way).
+    #[test]
+    fn built_is_when_the_last_finger_is_set() {
+        let tree = tree_of(TreeKind::Binomial, 64, 0, 0).unwrap();
+        let spont = SpontaneousConfig {
+            period: Duration::from_millis(1),
+            refresh: None,
+            backoff: 5,
+        };
+        let world = || {
+            TimedWorld::new(
+                overlays(&tree, spont)
+                    .into_iter()
+                    .map(Stamped::new)
+                    .collect(),
+                TimedConfig {
+                    net: Net::Constant {
+                        l: Duration::from_micros(30),
+                    },
+                    ocp: Duration::from_micros(4),
+                    send: Duration::from_micros(4),
+                    detect: Duration::ZERO,
+                },
+            )
+            .share_cores(2)
+            .with_connect(Duration::from_micros(90))
+            .with_connect_wait(Duration::from_millis(2))
+        };
+        let mut w = world();
+        w.start();
+        let mut quiet = 0;
+        while w.step().is_some() {
+            for (_, t, e) in w.take_reports() {
+                if matches!(e, Event::Quiet { .. }) {
+                    quiet = quiet.max(t);
+                }
+            }
+        }
+        let built = built_at(w.nodes()).as_nanos() as u64;
+        let wrong = |w: &TimedWorld<Stamped<Overlay>>| {
+            let f: Vec<Fingers> = w.nodes().iter().map(|s| Fingers::of(s.inner())).collect();
+            wrong_fingers(&tree, &f)
+        };
+        assert_eq!(wrong(&w), 0);
+        assert!(
+            built > quiet,
+            "built at {built} ns, last quiet at {quiet} ns"
+        );
+        // The same deterministic run again, stopped before the stamped moment.
+        let mut again = world();
+        again.start();
+        while again.peek_time().is_some_and(|t| t < built) {
+            again.step();
+        }
+        assert!(wrong(&again) > 0, "every finger right before {built} ns");
+        while again.step().is_some() {}
+        assert_eq!(built_at(again.nodes()).as_nanos() as u64, built);
     }
 
     /// Sizes that no tree of the kind has are refused, naming the sizes it has.

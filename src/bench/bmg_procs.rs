@@ -29,6 +29,7 @@ use crate::engine::monotonic_ns;
 use crate::engine::reactor::NodeEvent;
 use crate::proto::held::Held;
 use crate::proto::spontaneous::SpontaneousConfig;
+use crate::proto::stamped::Stamped;
 use crate::proto::Event;
 use crate::sim::bmg::{overlay_of, Fingers};
 use crate::sim::tree::{Tree, TreeKind};
@@ -148,7 +149,7 @@ pub fn node(
         ..cfg.opts.clone()
     };
     // The engine comes up now; the overlay starts at the launcher's `go`.
-    let held = Held::new(overlay_of(&tree, cfg.id, spont));
+    let held = Held::new(Stamped::new(overlay_of(&tree, cfg.id, spont)));
     let mut handle = spawn(spec, &opts, held, etx)?;
     let say = |out: &mut dyn Write, v: serde_json::Value| -> Result<(), BenchError> {
         writeln!(out, "{v}")
@@ -251,12 +252,16 @@ pub fn node(
             json!({"node": me.0, "kind": kind, "mono_ns": monotonic_ns()}),
         )?;
     }
-    let last = handle.stop()?.into_inner();
+    let stamped = handle.stop()?.into_inner();
+    // When its state last changed, on the shared clock (the BMG is built at the latest).
+    let changed_ns = stamped.changed().map(|t| epoch_ns + t.0);
+    let last = stamped.into_inner();
     say(
         out,
         json!({"node": me.0, "kind": "final", "sent": last.sent(), "ring_sent": last.ring_sent(),
                "leaf_fired": last.ring.is_leaf().then(|| last.fired()),
-               "fingers": Fingers::of(&last), "mono_ns": monotonic_ns()}),
+               "fingers": Fingers::of(&last), "changed_ns": changed_ns,
+               "mono_ns": monotonic_ns()}),
     )
 }
 
@@ -356,15 +361,17 @@ pub(crate) fn real(
             Err(_) => return Err(settling.timed_out(timeout)),
         }
     }
-    let (msgs, finals) = finals(&mut job, n, timeout)?;
+    let (msgs, finals, changed_ns) = finals(&mut job, n, timeout)?;
     let backend = backends.into_iter().collect::<Vec<_>>().join("+");
     Ok(RealRun {
         last: settling.last,
+        built: Duration::from_nanos(changed_ns.saturating_sub(start)),
         started,
         msgs,
         fingers: finals,
         backend,
         cpu: Duration::from_nanos(cpu.iter().map(|&(a, b)| b.saturating_sub(a)).sum()),
+        connections: None,
     })
 }
 
@@ -441,11 +448,16 @@ fn ended_early(job: &mut Job, id: u64, what: &str) -> BenchError {
     ))
 }
 
-/// Stop every process and read its final neighbors and message count.
-fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers>), BenchError> {
+/// Stop every process and read its final neighbors and message count; and the last change
+/// of any process's state (`CLOCK_MONOTONIC` ns).
+fn finals(
+    job: &mut Job,
+    n: u32,
+    timeout: Duration,
+) -> Result<(Sent, Vec<Fingers>, u64), BenchError> {
     job.tell_all(STOP)?;
     let mut finals: Vec<Option<Fingers>> = vec![None; n as usize];
-    let (mut msgs, mut left) = (Sent::default(), n);
+    let (mut msgs, mut left, mut changed) = (Sent::default(), n, 0);
     let deadline = Instant::now() + timeout;
     while left > 0 {
         let Some((id, r)) = job.report_by(deadline) else {
@@ -467,12 +479,14 @@ fn finals(job: &mut Job, n: u32, timeout: Duration) -> Result<(Sent, Vec<Fingers
             *slot = Some(f);
             let count = |k: &str| r[k].as_u64().unwrap_or(0);
             msgs = msgs.add(count("sent"), count("ring_sent"), r["leaf_fired"].as_u64());
+            changed = changed.max(count("changed_ns"));
             left -= 1;
         }
     }
     Ok((
         msgs,
         finals.into_iter().map(Option::unwrap_or_default).collect(),
+        changed,
     ))
 }
 

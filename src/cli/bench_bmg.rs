@@ -105,11 +105,14 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
     }
     if !a.json {
         say!(
-            "{:>6} {:>9} {:>10} {:>15} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
+            "{:>6} {:>9} {:>10} {:>15} {:>10} {:>10} {:>6} {:>9} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}",
             "nodes",
             "tree",
             "real ms",
             "(range)",
+            "built ms",
+            "turns ms",
+            "ratio",
             "sim ms",
             "ratio",
             "+conn ms",
@@ -139,11 +142,14 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>9} {:>10.2} {:>15} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>6.1} {:>6.1} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
+                "{:>6} {:>9} {:>10.2} {:>15} {:>10.2} {:>10.2} {:>6.2} {:>9.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>10.2} {:>6.2} {:>9} {:>9} {:>6.1} {:>6.1} {:>7.1} {:>7.2} {:>9.0} {:>9.0} {:>9.0} {:>9}",
                 r.nodes,
                 r.tree,
                 r.real_ms,
                 format!("{:.1}-{:.1}", r.real_ms_min, r.real_ms_max),
+                r.built_ms,
+                r.sim_turns_built_ms,
+                r.ratio_built,
                 r.sim_ms,
                 r.ratio,
                 r.sim_connect_ms,
@@ -181,7 +187,17 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
             "processes",
             "ms",
             &[
-                Series::of("real nodes", &rows, x, |r| r.real_ms),
+                Series::of("real nodes, BMG built", &rows, x, |r| r.built_ms),
+                Series::of("simulator, turns: BMG built", &rows, x, |r| {
+                    r.sim_turns_built_ms
+                }),
+                Series::of(
+                    "simulator, turns + crossing dials: BMG built",
+                    &rows,
+                    x,
+                    |r| r.sim_crossing_built_ms,
+                ),
+                Series::of("real nodes, last quiet", &rows, x, |r| r.real_ms),
                 Series::of("simulator, connections free", &rows, x, |r| r.sim_ms),
                 Series::of("simulator, connections as CPU", &rows, x, |r| {
                     r.sim_connect_ms

@@ -25,6 +25,7 @@ pub mod relay;
 pub mod ring;
 pub mod route;
 pub mod spontaneous;
+pub mod stamped;
 pub mod storage;
 pub mod views;
 

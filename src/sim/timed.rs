@@ -168,6 +168,8 @@ pub struct TimedWorld<P: Protocol> {
     timers: HashMap<(u32, TimerId), u64>,
     /// Messages sent.
     pub sent: u64,
+    /// Connections opened: first messages between two processes.
+    pub connections: u64,
     out: Outbox<P::Msg>,
     /// What processes reported: (process, time its handling ended, event).
     reports: Vec<(u32, u64, Event)>,
@@ -201,6 +203,9 @@ pub struct TimedWorld<P: Protocol> {
     lag: Option<Vec<u64>>,
     /// `Some`: cores work in reactor turns ([`Self::with_turns`]).
     turns: Option<Turns<P::Msg>>,
+    /// `Some`: each process's own routes ([`Self::with_crossing_dials`]): the peers it
+    /// dialed, and those whose first message reached it.
+    routes: Option<Vec<Vec<u32>>>,
     /// Per-message faults, their draws and what they did.
     faults: LinkFaults,
     fault_rng: SimRng,
@@ -234,6 +239,7 @@ impl<P: Protocol> TimedWorld<P> {
             suspected: HashSet::new(),
             timers: HashMap::new(),
             sent: 0,
+            connections: 0,
             out: Outbox::new(),
             reports: Vec::new(),
             incarnation: vec![0; n],
@@ -251,6 +257,7 @@ impl<P: Protocol> TimedWorld<P> {
             connect_wait: 0,
             lag: None,
             turns: None,
+            routes: None,
             faults: LinkFaults::NONE,
             fault_rng: SimRng::new(0),
             fault_counts: FaultCounts::default(),
@@ -360,6 +367,16 @@ impl<P: Protocol> TimedWorld<P> {
     /// leaves at once, the others when the turn's work is done.
     pub fn with_turns(mut self) -> Self {
         self.turns = Some(Turns::new(self.busy_until.len()));
+        self
+    }
+
+    /// Two processes that each send the other a first message before the other's has
+    /// arrived open two connections, each charged (the engine keeps both: a connection
+    /// becomes the acceptor's route to its dialer only once the dialer's handshake and first
+    /// message have come in). Without it, a pair opens one connection, at its first message
+    /// either way.
+    pub fn with_crossing_dials(mut self) -> Self {
+        self.routes = Some(vec![Vec::new(); self.nodes.len()]);
         self
     }
 
@@ -573,7 +590,16 @@ impl<P: Protocol> TimedWorld<P> {
                     continue;
                 }
                 let mut dialing = 0;
-                if !self.links[i as usize].contains(&to) {
+                let routed = match self.routes.as_mut() {
+                    Some(routes) if routes[i as usize].contains(&to) => true,
+                    Some(routes) => {
+                        routes[i as usize].push(to);
+                        false
+                    }
+                    None => self.links[i as usize].contains(&to),
+                };
+                if !routed {
+                    self.connections += 1;
                     t += self.connect;
                     dialing = self.connect_wait;
                     if let Some(lag) = &self.lag {
@@ -784,6 +810,12 @@ impl<P: Protocol> TimedWorld<P> {
                 if incarnation != self.incarnation[to as usize] {
                     return Some(None); // sent to a process that has since restarted
                 }
+                if let Some(routes) = self.routes.as_mut() {
+                    // The dialer's connection is the receiver's route back, if it has none.
+                    if !routes[to as usize].contains(&from) {
+                        routes[to as usize].push(from);
+                    }
+                }
                 if let Some(msg) = msg {
                     self.nodes[to as usize].on_message(
                         now,
@@ -897,6 +929,43 @@ mod tests {
                 "{extra} ns more for {n} links (cpu {cpu}, wait {wait})"
             );
         }
+    }
+
+    /// With crossing dials, two processes that ping each other at once open two
+    /// connections, each charged; a ping and its answer share one, as do the crossing pings
+    /// without the option.
+    #[test]
+    fn crossing_first_messages_open_two_connections() {
+        use crate::proto::ping::PingPong;
+        let run = |both: bool, crossing: bool| {
+            let second = if both {
+                PingPong::pinger(NodeId(0), vec![32], 1, 0)
+            } else {
+                PingPong::ponger()
+            };
+            let nodes = vec![PingPong::pinger(NodeId(1), vec![32], 1, 0), second];
+            let cfg = TimedConfig {
+                net: Net::Constant {
+                    l: Duration::from_micros(10),
+                },
+                ocp: Duration::from_micros(1),
+                send: Duration::ZERO,
+                detect: Duration::ZERO,
+            };
+            let mut w = TimedWorld::new(nodes, cfg)
+                .with_connect(Duration::from_micros(100))
+                .with_connect_wait(Duration::from_micros(100));
+            if crossing {
+                w = w.with_crossing_dials();
+            }
+            w.start();
+            while w.step().is_some() {}
+            (w.connections, w.sent)
+        };
+        assert_eq!(run(false, true), (1, 2), "a ping and its pong");
+        assert_eq!(run(false, false), (1, 2));
+        assert_eq!(run(true, true), (2, 4), "two pings crossing, two pongs");
+        assert_eq!(run(true, false), (1, 4));
     }
 
     /// Eight relays passing `tokens` tokens for 20 laps (5 µs to handle an event, 5 µs to
