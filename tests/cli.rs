@@ -1071,6 +1071,7 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         // Every connection's two ends are counted; dials that cross open two, in the
         // crossing projection as in the engine.
         assert!(r["conns"].as_u64().unwrap() > 0, "{r}");
+        assert!(real("real_counts_cpu_ms") > 0.0, "{r}");
         assert!(
             r["sim_crossing_conns"].as_u64().unwrap() >= r["sim_turns_conns"].as_u64().unwrap(),
             "{r}"

@@ -147,6 +147,10 @@ pub struct BmgBenchRow {
     pub real_cpu_ms: f64,
     /// `real_cpu_ms` per message sent, connections included, µs.
     pub real_cpu_us_per_msg: f64,
+    /// The CPU the measured costs give the real run's own counts, ms: `msgs × c_us +
+    /// conns × connect_cpu_us` (`None` with `--procs`). Beside `real_cpu_ms` it checks the
+    /// costs the projections charge against the run itself.
+    pub real_counts_cpu_ms: Option<f64>,
     /// The turns projection: the storm projection with the cores working in reactor turns
     /// ([`TimedWorld::with_turns`]): a core behind takes its whole backlog in one turn, the
     /// turn's sends leave at its end, and a process fires at most once a turn, ms.
@@ -815,6 +819,8 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         sim_queued_ring_msgs: sim_queued_msgs.ring,
         real_cpu_ms: cpu.as_secs_f64() * 1e3,
         real_cpu_us_per_msg: cpu.as_secs_f64() * 1e6 / msgs.all.max(1) as f64,
+        real_counts_cpu_ms: connections
+            .map(|k| (msgs.all as f64 * c_us + k as f64 * connect_cpu_us) / 1e3),
         sim_turns_ms,
         ratio_turns,
         ratio_turns_min,
