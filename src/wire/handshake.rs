@@ -378,6 +378,11 @@ impl Handshake {
         self.done
     }
 
+    /// The id the peer's Hello named, once it came: a claim, not yet proved.
+    pub fn claimed(&self) -> Option<NodeId> {
+        self.peer.as_ref().map(|h| NodeId(h.node_id))
+    }
+
     /// HMAC-SHA256 under the job key of `label` and the transcript T (module doc).
     fn keyed(&self, label: &[u8], peer: &Hello) -> Hmac<Sha256> {
         let mine = (

@@ -258,6 +258,19 @@ where
             // What waited for the peer goes with it, as a lost connection's queue does.
             self.releasing.remove(&(h, peer));
         }
+        // A higher id's dial that yielded to ours ends with no failure (`crossing.rs`).
+        if self.yielded_to_us(&conn, slot, &why).is_some() {
+            match conn.peer {
+                Some(peer) => self.cold[h].left(peer),
+                None => {
+                    if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+                        host.strangers.left();
+                    }
+                }
+            }
+            self.lost.push(conn.stream);
+            return Ok(());
+        }
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         // A dial to a peer not listening yet, during the start-up grace: tried again later.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {
@@ -401,6 +414,7 @@ where
         };
         conn.received = true;
         let (mut answered, mut bye, mut release) = (false, false, false);
+        let mut crossing = None;
         while let Some(frame) = conn.decoder.next_frame()? {
             let Some(peer) = conn.peer else {
                 let mut reply = Vec::new();
@@ -431,7 +445,17 @@ where
                     if conn.dialed.is_none() {
                         host.strangers.left();
                     }
-                    host.route.entry(peer.id).or_insert(slot);
+                    let route = host.route.entry(peer.id).or_insert(slot);
+                    // Crossing dials: the peer dialed us while our dial to it is still in
+                    // its handshake. The connection dialed by the lower id is kept, so the
+                    // higher one's dial yields (`yield_dial`) if it has carried nothing.
+                    if *route != slot
+                        && conn.dialed.is_none()
+                        && peer.id < host.identity.node_id
+                        && !self.cfg.options.reconnect
+                    {
+                        crossing = Some(*route);
+                    }
                     let _ = self
                         .events
                         .send((host.identity.node_id, NodeEvent::Authenticated(peer.id)));
@@ -484,6 +508,9 @@ where
         }
         if release {
             self.say_goodbye(slot, Goodbye::Ours);
+        }
+        if let Some(own) = crossing {
+            answered |= self.yield_dial(own, slot)?;
         }
         if answered {
             self.push_out(slot)?;
@@ -690,7 +717,7 @@ fn unroute<P>(host: &mut super::hosts::Host<P>, peer: NodeId, slot: usize) {
 /// Append `msg` to an authenticated connection's queue as a frame, with a MAC when its
 /// session covers the protocol's messages.
 #[inline]
-fn push<M: Framed>(conn: &mut Conn, msg: &M) -> Result<(), WireError> {
+pub(super) fn push<M: Framed>(conn: &mut Conn, msg: &M) -> Result<(), WireError> {
     let mac = conn
         .session
         .as_mut()

@@ -25,6 +25,7 @@ mod accept;
 mod backend;
 mod conn;
 mod conns;
+mod crossing;
 mod dispatch;
 mod epoll;
 mod error;

@@ -1,0 +1,87 @@
+//! Crossing dials: two nodes that send each other a first message at about the same time
+//! each dial the other, and each connection becomes its dialer's route. Both used to stay
+//! open: a BMG construction, where every process first speaks to its fingers at once,
+//! authenticated 1.45–1.7× as many connections as pairs of processes that spoke, each one a
+//! handshake's CPU and two descriptors (`bluegene_notes/bmg-routing.md`).
+//!
+//! The connection dialed by the lower id is kept. When it authenticates at the higher end
+//! while that end's own dial to the lower one is still in its handshake, nothing has gone
+//! over the dial yet (what the node sent meanwhile waits for its session): the waiting
+//! messages go on the lower id's connection, in their order, which becomes the route, and
+//! the dial is closed without a word. The lower end takes the end of that connection for
+//! no failure: it routes to the peer over its own dial, whose end would be one. A dial that
+//! authenticated first has carried messages, and both connections stay (FIFO per pair
+//! forbids moving what follows to another connection while the first may still be read).
+
+use super::backend::Backend;
+use super::conn::Conn;
+use super::dispatch::push;
+use super::error::ConnError;
+use super::{Due, Reactor};
+use crate::proto::Protocol;
+use crate::wire::Framed;
+use crate::NodeId;
+
+impl<P: Protocol, B: Backend> Reactor<P, B>
+where
+    P::Msg: Framed,
+{
+    /// The lower id's connection `kept` authenticated while our dial `own` to it may still
+    /// be in its handshake: if so, move what waits for `own` onto `kept`, route over `kept`
+    /// and close `own` quietly. Whether anything was queued on `kept`.
+    pub(super) fn yield_dial(&mut self, own: usize, kept: usize) -> Result<bool, ConnError> {
+        let Some(peer) = self.conns.get(kept).and_then(|c| c.peer) else {
+            return Ok(false);
+        };
+        let pending = self
+            .conns
+            .get(own)
+            .is_some_and(|c| c.peer.is_none() && c.dialed == Some(peer));
+        if !pending {
+            return Ok(false);
+        }
+        let Some(mut dial) = self.conns.take(own) else {
+            return Ok(false);
+        };
+        self.timers.cancel(Due::Handshake(own));
+        self.io
+            .forget(&self.poll, &mut dial.stream, (own, dial.generation));
+        self.lost.push(dial.stream);
+        let waiting = self.held.remove(&own).unwrap_or_default();
+        if let Some(host) = self.hosts.get_mut(dial.host).and_then(|x| x.as_mut()) {
+            host.route.insert(peer, kept);
+        }
+        let Some(conn) = self.conns.get_mut(kept) else {
+            return Ok(false);
+        };
+        for msg in &waiting {
+            push(conn, msg)?;
+        }
+        Ok(!waiting.is_empty())
+    }
+
+    /// Whether `conn` (in `slot`), ending for `why`, is a higher id's dial that may have
+    /// yielded to ours (see [`Self::yield_dial`]): the peer it named, if so. Its end as a
+    /// stream (the end of it, a reset, a write into the closed socket) is no failure: the
+    /// node routes to the peer over its own dial, whose end would be one. Anything the
+    /// connection said wrong (a forged frame, an impostor) is refused as ever.
+    pub(super) fn yielded_to_us(
+        &self,
+        conn: &Conn,
+        slot: usize,
+        why: &ConnError,
+    ) -> Option<NodeId> {
+        let ended = match why {
+            ConnError::ClosedByPeer => true,
+            ConnError::Io(io) => matches!(io.errno, Some(libc::EPIPE | libc::ECONNRESET)),
+            _ => false,
+        };
+        if !ended || conn.dialed.is_some() || self.cfg.options.reconnect {
+            return None;
+        }
+        let peer = conn.peer.or_else(|| conn.handshake.claimed())?;
+        let host = self.hosts.get(conn.host).and_then(|x| x.as_ref())?;
+        let routed_elsewhere = host.route.get(&peer).is_some_and(|&s| s != slot);
+        (peer > host.identity.node_id && routed_elsewhere).then_some(peer)
+    }
+}
