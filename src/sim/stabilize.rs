@@ -324,6 +324,25 @@ mod tests {
         }
     }
 
+    /// Six processes, four killed 9 µs apart (n4, the root n0, n1, n3): n2 ends as the root
+    /// of its own epoch, then takes a late message of the dead n1's epoch for a lower root's
+    /// view and leaves its own to rejoin through n1. Its request reaches n5, whose root it
+    /// was, only after n3 died too: n5 took it for a root failure, chased the dead n3 and
+    /// became a root alone, and the request was dropped, so n2 gave up asking and founded a
+    /// view of its own: two views of one process each, for good (found by the property
+    /// test below, 2026-11-29). n5 now admits the asker once its own epoch is stable.
+    #[test]
+    fn a_root_that_left_its_view_is_admitted_by_whoever_takes_over_later() {
+        let r = run(&StabilizeConfig {
+            kill_gap: Duration::from_micros(9),
+            send: Duration::ZERO,
+            orphan_hold: Duration::ZERO,
+            ..cfg(6, 2, &[4, 0, 1, 3], TreeMode::Patch)
+        })
+        .unwrap();
+        assert!(r.views_agree && r.stabilized && r.views_named_once, "{r:?}");
+    }
+
     /// 1024 processes lie on two midplanes (8×8×16), not folded onto one: ranks 512 and up
     /// are a midplane away, so Ts grows; a torus too small for the job is refused.
     #[test]

@@ -512,6 +512,12 @@ pub struct Membership {
     waiting: BTreeSet<NodeId>,
     /// At the root: processes admitted in this epoch, welcomed once it is stable.
     welcome: BTreeSet<NodeId>,
+    /// This view's root asked to come back (`NodeAlive`): it left the view, which is a root
+    /// failure, and whoever takes over admits it. When that is this process only after a
+    /// chase (the next in line was dead too), it admits it once its own epoch is stable:
+    /// the asker went on round the list meanwhile, and may not come back here before it
+    /// gives up and founds a view of its own (two views, one process each, for good).
+    asker: Option<(NodeId, u64)>,
     /// This process admitted the installed epoch's root and handed it the epoch
     /// ([`TreeMode::Lowest`]): the hand-over is sent again every probe round until the epoch
     /// comes back down from that root.
@@ -591,6 +597,7 @@ impl Membership {
             joining_epoch: false,
             waiting: BTreeSet::new(),
             welcome: BTreeSet::new(),
+            asker: None,
             handed: false,
             batching: None,
             collecting: false,
@@ -907,6 +914,9 @@ impl Membership {
                         out.send(j, MemberMsg::JoinDetAck(self.state.clone()));
                     }
                 }
+                if let Some((id, seen)) = self.asker.take() {
+                    self.root_admits(id, seen, out);
+                }
                 if std::mem::take(&mut self.collecting) {
                     self.start_failure_epoch(false, out);
                 }
@@ -1209,6 +1219,8 @@ impl Membership {
                     self.suspect(id, out);
                     if self.nb.root == self.me && self.joining.is_none() {
                         self.root_admits(id, epoch, out);
+                    } else {
+                        self.asker = Some((id, epoch));
                     }
                 } else {
                     out.send(self.nb.root, MemberMsg::NewNode { id, epoch });

@@ -302,6 +302,7 @@ impl Membership {
         self.outstanding.clear();
         self.waiting.clear();
         self.welcome.clear();
+        self.asker = None;
         self.failover = None;
         self.batching = None;
         self.collecting = false;
