@@ -751,34 +751,43 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
     // middle pair's projection and ratio, and the range of the ratios; for the last quiet
     // and for the BMG built alike.
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-12);
-    let pairs: Vec<(f64, f64, f64, Projected, Projected)> = storms
+    /// One real run beside its projections: its ratios to them, and the projections.
+    struct Beside {
+        quiet: f64,
+        built: f64,
+        crossing: f64,
+        turns: Projected,
+        crossed: Projected,
+    }
+    let pairs: Vec<Beside> = storms
         .iter()
         .zip(&paired)
         .map(|(&storm, &(last, built))| {
             let wait = storm - connect_cpu_us;
-            let p = project(connect_cpu_us, wait, false, true);
-            let x = project_with(connect_cpu_us, wait, false, true, true);
-            (
-                ratio(last, p.quiet),
-                ratio(built, p.built),
-                ratio(built, x.built),
-                p,
-                x,
-            )
+            let turns = project(connect_cpu_us, wait, false, true);
+            let crossed = project_with(connect_cpu_us, wait, false, true, true);
+            Beside {
+                quiet: ratio(last, turns.quiet),
+                built: ratio(built, turns.built),
+                crossing: ratio(built, crossed.built),
+                turns,
+                crossed,
+            }
         })
         .collect();
-    type Pair = (f64, f64, f64, Projected, Projected);
-    let by = |key: fn(&Pair) -> (f64, Projected)| {
+    // The middle of one ratio over the runs, its range, and the middle pair's projection.
+    let by = |key: fn(&Beside) -> (f64, Projected)| {
         let mut v: Vec<(f64, Projected)> = pairs.iter().map(key).collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (lo, hi) = (v[0].0, v[v.len() - 1].0);
         let (mid, p) = v.swap_remove(v.len() / 2);
         (mid, lo, hi, p)
     };
-    let (ratio_turns, ratio_turns_min, ratio_turns_max, turns) = by(|p| (p.0, p.3));
+    let (ratio_turns, ratio_turns_min, ratio_turns_max, turns) = by(|b| (b.quiet, b.turns));
     let (sim_turns_t, sim_turns_msgs) = (turns.quiet, turns.sent);
-    let (ratio_built, ratio_built_min, ratio_built_max, turns_built) = by(|p| (p.1, p.3));
-    let (ratio_crossing, ratio_crossing_min, ratio_crossing_max, crossing) = by(|p| (p.2, p.4));
+    let (ratio_built, ratio_built_min, ratio_built_max, turns_built) = by(|b| (b.built, b.turns));
+    let (ratio_crossing, ratio_crossing_min, ratio_crossing_max, crossing) =
+        by(|b| (b.crossing, b.crossed));
     let sim_turns_built_ms = ms(turns_built.built);
     let sim_turns_ms = sim_turns_t.as_secs_f64() * 1e3;
     let sim_queued_ms = sim_queued_t.as_secs_f64() * 1e3;

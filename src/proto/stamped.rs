@@ -38,7 +38,10 @@ impl<P: Protocol> Stamped<P> {
         self.inner
     }
 
-    fn after(&mut self, now: Time, before: u64) {
+    /// Run one event's handling, stamping `now` if it changed the state.
+    fn around(&mut self, now: Time, handle: impl FnOnce(&mut P)) {
+        let before = self.inner.state_version();
+        handle(&mut self.inner);
         if self.inner.state_version() != before {
             self.changed = Some(now);
         }
@@ -49,33 +52,23 @@ impl<P: Protocol> Protocol for Stamped<P> {
     type Msg = P::Msg;
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
-        let v = self.inner.state_version();
-        self.inner.on_start(now, out);
-        self.after(now, v);
+        self.around(now, |p| p.on_start(now, out));
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut Outbox<P::Msg>) {
-        let v = self.inner.state_version();
-        self.inner.on_message(now, from, msg, out);
-        self.after(now, v);
+        self.around(now, |p| p.on_message(now, from, msg, out));
     }
 
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<P::Msg>) {
-        let v = self.inner.state_version();
-        self.inner.on_timer(now, timer, out);
-        self.after(now, v);
+        self.around(now, |p| p.on_timer(now, timer, out));
     }
 
     fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<P::Msg>) {
-        let v = self.inner.state_version();
-        self.inner.on_suspect(now, peer, out);
-        self.after(now, v);
+        self.around(now, |p| p.on_suspect(now, peer, out));
     }
 
     fn on_wake(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
-        let v = self.inner.state_version();
-        self.inner.on_wake(now, out);
-        self.after(now, v);
+        self.around(now, |p| p.on_wake(now, out));
     }
 
     fn state_version(&self) -> u64 {

@@ -17,7 +17,7 @@ use super::backend::Backend;
 use super::conn::Conn;
 use super::dispatch::push;
 use super::error::ConnError;
-use super::{Due, Reactor};
+use super::Reactor;
 use crate::proto::Protocol;
 use crate::wire::Framed;
 use crate::NodeId;
@@ -40,12 +40,9 @@ where
         if !pending {
             return Ok(false);
         }
-        let Some(mut dial) = self.conns.take(own) else {
+        let Some(dial) = self.detach(own) else {
             return Ok(false);
         };
-        self.timers.cancel(Due::Handshake(own));
-        self.io
-            .forget(&self.poll, &mut dial.stream, (own, dial.generation));
         self.lost.push(dial.stream);
         let waiting = self.held.remove(&own).unwrap_or_default();
         if let Some(host) = self.hosts.get_mut(dial.host).and_then(|x| x.as_mut()) {

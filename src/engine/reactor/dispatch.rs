@@ -233,14 +233,11 @@ where
     /// lost connection rarely comes alone: when a process dies, its peers on this reactor lose
     /// theirs in one turn, and the reports of the failure wait behind every teardown.
     pub(super) fn close(&mut self, slot: usize, why: ConnError) -> Result<(), EngineError> {
-        let Some(mut conn) = self.conns.take(slot) else {
+        let Some(conn) = self.detach(slot) else {
             return Ok(());
         };
-        self.timers.cancel(Due::Handshake(slot));
         let held = self.held.remove(&slot).unwrap_or_default();
         let h = conn.host;
-        self.io
-            .forget(&self.poll, &mut conn.stream, (slot, conn.generation));
         // A released connection's end is no failure when the goodbyes were exchanged: ours
         // answered, or theirs answered and their end of the stream come (`release.rs`). Any
         // other end of it is the peer failing during the goodbye, suspected below.
@@ -259,18 +256,7 @@ where
             self.releasing.remove(&(h, peer));
         }
         // A higher id's dial that yielded to ours ends with no failure (`crossing.rs`).
-        if self.yielded_to_us(&conn, slot, &why).is_some() {
-            match conn.peer {
-                Some(peer) => self.cold[h].left(peer),
-                None => {
-                    if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
-                        host.strangers.left();
-                    }
-                }
-            }
-            self.lost.push(conn.stream);
-            return Ok(());
-        }
+        let yielded = self.yielded_to_us(&conn, slot, &why).is_some();
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         // A dial to a peer not listening yet, during the start-up grace: tried again later.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {
@@ -289,6 +275,9 @@ where
             }
         }
         self.lost.push(conn.stream);
+        if yielded {
+            return Ok(());
+        }
         // An authenticated peer's reason is said after the protocol heard of the loss (below):
         // the suspicion is what is timed, the words are for whoever reads the events.
         let why = if authenticated {
@@ -313,6 +302,16 @@ where
             self.refuse(h, Some(peer), why);
         }
         carried_out
+    }
+
+    /// Take `slot`'s connection out of the reactor, with its handshake deadline and its
+    /// backend's interest; its socket is the caller's to bury.
+    pub(super) fn detach(&mut self, slot: usize) -> Option<Conn> {
+        let mut conn = self.conns.take(slot)?;
+        self.timers.cancel(Due::Handshake(slot));
+        self.io
+            .forget(&self.poll, &mut conn.stream, (slot, conn.generation));
+        Some(conn)
     }
 
     /// Read everything the socket has (readiness, or a hot connection), then cut the frames.
