@@ -140,6 +140,15 @@ pub struct Completion<'a> {
     pub notif: bool,
 }
 
+/// Completion queue entries, whatever the submission queue's size: the kernel sizes its hash
+/// of armed requests from the completion queue (2^(log2 entries − 5) buckets, at most 256, from
+/// 8192 on), and every cancellation by name walks one bucket. With the default 256-entry
+/// submission queue (512 completions, 16 buckets) a reactor holding 10 000 connections' armed
+/// receives walked ~600 of them per closed connection: `io_poll_find` was 8% of a 1024-node
+/// BMG construction's CPU (`bluegene_notes/bmg-routing.md`). The queue costs 16 bytes an
+/// entry.
+const CQ_ENTRIES: u32 = 8192;
+
 impl Uring {
     /// A ring of `sq_entries`, with `entries` (a power of two) receive buffers of `buf_size`.
     pub fn new(sq_entries: u32, entries: u16, buf_size: u32) -> io::Result<Self> {
@@ -148,6 +157,7 @@ impl Uring {
             .setup_single_issuer()
             .setup_defer_taskrun()
             .setup_taskrun_flag()
+            .setup_cqsize(CQ_ENTRIES.max(2 * sq_entries))
             .build(sq_entries)?;
         // SAFETY: `eventfd` takes no pointers; a non-negative result is a new fd we own.
         let wake = unsafe {
