@@ -1,8 +1,8 @@
 //! Crossing dials (`engine/reactor/crossing.rs`): every node of a job sends every other a burst
-//! at the same moment, so nearly every pair dials each other at once and the higher id's dial
-//! yields to the lower's whenever the lower's authenticates first. Whatever happened to a
-//! pair's dials, every message arrives once and in order, and no node suspects or refuses
-//! another; and some dials do yield.
+//! at the same moment, so nearly every pair dials each other at once, and the lower id defers
+//! the higher one's dial to its own (or the higher one's yields, when the lower's
+//! authenticates first). Whatever happened to a pair's dials, every message arrives once and
+//! in order, no node suspects or refuses another, and nearly every pair keeps one connection.
 
 mod common;
 
@@ -130,10 +130,12 @@ fn crossing_dials_lose_no_message_reorder_none_and_suspect_nobody() {
                 assert_eq!(got, BURST * (n - 1), "{backend:?} #{round}: node {i}");
             }
         }
-        // Every pair crosses (all dial at once); without yielding, 4 ends a pair every round
-        // (12 × pairs); some dials yielded before their handshake ended at their dialer.
+        // Every pair crosses (all dial at once): without yielding or deferring, 4 ends a
+        // pair every round (12 × pairs over three); the lower end defers the higher one's
+        // dial whenever its own is under way, so a pair keeps one connection (6 × pairs),
+        // short of the few whose first Hello came before the lower end had dialed.
         assert!(
-            ends < 12 * pairs,
+            ends <= 7 * pairs,
             "{backend:?}: {ends} ends for {pairs} pairs"
         );
     }

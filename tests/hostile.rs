@@ -266,6 +266,108 @@ fn a_second_process_with_a_live_id_is_refused() {
     }
 }
 
+/// A peer (or a stranger at its address) that answers every dial with Defer and never dials
+/// back is not waited for forever: the dialer waits a second after each Defer and dials
+/// again, and once the peer has deferred for a handshake timeout (2 s here) suspects it,
+/// saying why; a Defer from a higher id than the dialer's is refused at once.
+#[test]
+fn a_peer_that_only_defers_is_suspected_after_a_bounded_wait() {
+    use weft::proto::ping::PingPong;
+    use weft::wire::handshake::{Handshake, HandshakeError, Identity, Role};
+    use weft::wire::FrameDecoder;
+    for (backend, deferrer) in [(Backend::Poll, 0), (Backend::Uring, 0), (Backend::Poll, 9)] {
+        let key = JobKey::generate().unwrap();
+        let mut o = opts(backend, &key);
+        o.reactor.handshake_timeout = Duration::from_secs(2);
+        let fake = listener();
+        let fake_addr = fake.local_addr().unwrap();
+        let me = Identity {
+            params: o.params.clone(),
+            ..Identity::new(o.job_id, NodeId(deferrer), key.clone())
+        };
+        // Accept dials, answer each Hello with our Hello and Defer, count them.
+        let (dials_tx, dials) = channel();
+        std::thread::spawn(move || {
+            for s in fake.incoming() {
+                let Ok(mut s) = s else { return };
+                let mut out = Vec::new();
+                let mut hs = Handshake::start(Role::Responder, me.clone(), None, &mut out).unwrap();
+                let mut dec = FrameDecoder::default();
+                let mut buf = [0u8; 4096];
+                'conn: while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    dec.push(&buf[..n]);
+                    while let Ok(Some(f)) = dec.next_frame() {
+                        if hs.on_frame(f.kind, f.body(), &mut Vec::new()).is_ok() {
+                            hs.defer(&mut out).unwrap();
+                            let _ = s.write_all(&out);
+                            let _ = dials_tx.send(());
+                            break 'conn;
+                        }
+                    }
+                }
+                // Held open until the dialer closes it, as a deferring node does.
+                let _ = s.read(&mut buf);
+            }
+        });
+        let (tx, rx) = channel();
+        let spec = NodeSpec {
+            id: NodeId(5),
+            listener: listener(),
+            peers: [(NodeId(deferrer), fake_addr)].into_iter().collect(),
+            key: key.clone(),
+            core: None,
+        };
+        let started = std::time::Instant::now();
+        let node = spawn(
+            spec,
+            &o,
+            PingPong::pinger(NodeId(deferrer), vec![32], 1, 0),
+            tx,
+        )
+        .unwrap();
+        node.wake();
+        let peer = NodeId(deferrer);
+        let seen = collect(&rx, 20, |s| {
+            s.iter().any(|(_, e)| *e == NodeEvent::Suspect(peer))
+        });
+        let waited = started.elapsed();
+        assert!(
+            seen.iter().any(|(_, e)| *e == NodeEvent::Suspect(peer)),
+            "{backend}, deferrer {deferrer}: {seen:?}"
+        );
+        let (dialed, why) = if deferrer < 5 {
+            (3, ConnError::Handshake(HandshakeError::Deferred(peer)))
+        } else {
+            (
+                1,
+                ConnError::Handshake(HandshakeError::Unexpected(weft::wire::Kind::Defer)),
+            )
+        };
+        let refused: Vec<_> = seen
+            .iter()
+            .filter_map(|(_, e)| match e {
+                NodeEvent::Refused(r) => Some(r.why.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(refused, [why], "{backend}, deferrer {deferrer}: {seen:?}");
+        assert_eq!(
+            dials.try_iter().count(),
+            dialed,
+            "{backend}, deferrer {deferrer}"
+        );
+        if deferrer < 5 {
+            assert!(
+                waited >= Duration::from_secs(2),
+                "{waited:?}: two waits of a second, three dials"
+            );
+        }
+    }
+}
+
 /// A member no address is known for is suspected (as a refused dial), not asked for forever.
 #[test]
 fn a_member_without_an_address_is_suspected() {

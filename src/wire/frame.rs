@@ -56,6 +56,11 @@ pub enum Kind {
     /// suspecting each other (a connection released, see `ReactorOptions::reconnect`). Only
     /// after the handshake, with a MAC like a control message.
     Bye = 5,
+    /// Handshake, in place of the responder's Auth: "my own dial to you is under way, use
+    /// it". Sent by the lower id to a higher one whose dial crossed its own, so that a pair
+    /// opens one connection, not two (`engine::reactor::crossing`). Unauthenticated, like
+    /// everything before Auth: its dialer waits a bounded time for the other connection.
+    Defer = 6,
 }
 
 impl Kind {
@@ -66,6 +71,7 @@ impl Kind {
             3 => Some(Kind::Auth),
             4 => Some(Kind::Pad),
             5 => Some(Kind::Bye),
+            6 => Some(Kind::Defer),
             _ => None,
         }
     }

@@ -33,11 +33,12 @@ use sha2::Sha256;
 use std::io::Read;
 use std::path::Path;
 
-/// Handshake protocol version: 5 since a membership join names the highest epoch its asker
+/// Handshake protocol version: 6 since a responder may answer a crossing dial with Defer
+/// ([`Handshake::defer`]); 5 since a membership join names the highest epoch its asker
 /// has heard of (4 authenticated frames with AES-GMAC; 3 had HMAC-SHA256 tags; 3 added
 /// incarnations, job parameters and frame MACs; 2 padding frames). Processes of different
 /// versions refuse each other at the handshake, before any message is decoded.
-pub const HANDSHAKE_VERSION: u16 = 5;
+pub const HANDSHAKE_VERSION: u16 = 6;
 
 /// Longest job parameter string a Hello carries (it must fit [`MAX_HANDSHAKE_BODY`]).
 pub const MAX_PARAMS: usize = 512;
@@ -212,6 +213,9 @@ pub enum HandshakeError {
     /// A job key that cannot be used.
     #[error("bad job key: {0}")]
     BadKey(String),
+    /// The peer we dialed is dialing us too and keeps its own connection (a [`Kind::Defer`]).
+    #[error("{0} dials us itself and keeps that connection")]
+    Deferred(NodeId),
 }
 
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -308,6 +312,7 @@ pub struct Handshake {
     expect: Option<NodeId>,
     peer: Option<Hello>,
     done: bool,
+    deferred: bool,
 }
 
 fn decode<T>(body: &[u8]) -> Result<T, HandshakeError>
@@ -370,6 +375,7 @@ impl Handshake {
             expect,
             peer: None,
             done: false,
+            deferred: false,
         })
     }
 
@@ -381,6 +387,33 @@ impl Handshake {
     /// The id the peer's Hello named, once it came: a claim, not yet proved.
     pub fn claimed(&self) -> Option<NodeId> {
         self.peer.as_ref().map(|h| NodeId(h.node_id))
+    }
+
+    /// The id and incarnation the peer's Hello named, once it came: a claim, not yet proved.
+    pub fn claimed_peer(&self) -> Option<Peer> {
+        self.peer.as_ref().map(|h| Peer {
+            id: NodeId(h.node_id),
+            incarnation: h.incarnation,
+        })
+    }
+
+    /// Answer the peer's Hello with Defer instead of the Auth [`Self::on_frame`] wrote (the
+    /// caller drops that): our own dial to the peer it claims to be is under way and is the
+    /// one the pair keeps. Only a responder that has the Hello and nothing after it defers;
+    /// the connection then authenticates nothing, and the Auth still to come from the peer
+    /// is taken without a look until the peer closes it.
+    pub fn defer(&mut self, out: &mut Vec<u8>) -> Result<(), HandshakeError> {
+        if self.role != Role::Responder || self.peer.is_none() || self.done {
+            return Err(HandshakeError::Unexpected(Kind::Defer));
+        }
+        self.deferred = true;
+        write_frame(Kind::Defer, &[], out)?;
+        Ok(())
+    }
+
+    /// Whether we answered with Defer ([`Self::defer`]): the connection's end is no failure.
+    pub fn is_deferred(&self) -> bool {
+        self.deferred
     }
 
     /// HMAC-SHA256 under the job key of `label` and the transcript T (module doc).
@@ -440,6 +473,12 @@ impl Handshake {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Option<Peer>, HandshakeError> {
+        if self.deferred {
+            return match kind {
+                Kind::Auth => Ok(None),
+                kind => Err(HandshakeError::Unexpected(kind)),
+            };
+        }
         match (kind, &self.peer) {
             (Kind::Hello, None) => {
                 let hello: Hello = decode(body)?;
@@ -492,6 +531,13 @@ impl Handshake {
                     id: NodeId(hello.node_id),
                     incarnation: hello.incarnation,
                 }))
+            }
+            (Kind::Defer, Some(hello)) if self.role == Role::Initiator && !self.done => {
+                // Only the lower id of a pair keeps its dial (`engine::reactor::crossing`).
+                if !body.is_empty() || hello.node_id >= self.me.node_id.0 {
+                    return Err(HandshakeError::Unexpected(Kind::Defer));
+                }
+                Err(HandshakeError::Deferred(NodeId(hello.node_id)))
             }
             (kind, _) => Err(HandshakeError::Unexpected(kind)),
         }
@@ -612,6 +658,97 @@ mod tests {
         bulky.bulk_mac = true;
         let (_, _, (ha, _)) = run_keeping(id(7, 1, 9), bulky, None);
         assert!(ha.session().unwrap().bulk, "either end asks");
+    }
+
+    /// A responder that defers answers the Hello with Defer, not Auth: its dialer learns who
+    /// keeps the connection and authenticates nothing; the dialer's Auth that crossed the
+    /// Defer is taken quietly. Only a responder with a Hello in hand may defer, and a
+    /// responder never takes a Defer.
+    #[test]
+    fn a_deferred_dial_authenticates_nothing_and_names_the_keeper() {
+        let (mut to_b, mut to_a) = (Vec::new(), Vec::new());
+        let mut ha =
+            Handshake::with_nonce(Role::Initiator, id(7, 2, 9), None, [1; 32], &mut to_b).unwrap();
+        let mut hb =
+            Handshake::with_nonce(Role::Responder, id(7, 1, 9), None, [2; 32], &mut to_a).unwrap();
+        assert_eq!(
+            hb.defer(&mut Vec::new()),
+            Err(HandshakeError::Unexpected(Kind::Defer)),
+            "no Hello yet"
+        );
+        let frames = |bytes: &mut Vec<u8>| {
+            let mut d = FrameDecoder::new(MAX_HANDSHAKE_BODY);
+            d.push(&std::mem::take(bytes));
+            let mut v = Vec::new();
+            while let Some(f) = d.next_frame().unwrap() {
+                v.push((f.kind, f.body().to_vec()));
+            }
+            v
+        };
+        for (k, b) in frames(&mut to_b) {
+            let mut auth = Vec::new();
+            assert_eq!(hb.on_frame(k, &b, &mut auth), Ok(None));
+        }
+        hb.defer(&mut to_a).unwrap();
+        assert!(hb.is_deferred());
+        let got = frames(&mut to_a);
+        assert_eq!(
+            got.iter().map(|f| f.0).collect::<Vec<_>>(),
+            [Kind::Hello, Kind::Defer]
+        );
+        assert_eq!(ha.on_frame(got[0].0, &got[0].1, &mut to_b), Ok(None));
+        assert_eq!(
+            ha.on_frame(got[1].0, &got[1].1, &mut Vec::new()),
+            Err(HandshakeError::Deferred(NodeId(1)))
+        );
+        assert!(!ha.is_done() && ha.session().is_none());
+        // The dialer's Auth, sent on the Hello before the Defer came, is taken without a look.
+        for (k, b) in frames(&mut to_b) {
+            assert_eq!(
+                (k, hb.on_frame(k, &b, &mut Vec::new())),
+                (Kind::Auth, Ok(None))
+            );
+        }
+        assert!(!hb.is_done() && hb.session().is_none());
+        assert_eq!(
+            hb.on_frame(Kind::Msg, &[], &mut Vec::new()),
+            Err(HandshakeError::Unexpected(Kind::Msg))
+        );
+        // A Defer to a responder, or with a body, is out of order.
+        let mut hc =
+            Handshake::with_nonce(Role::Responder, id(7, 1, 9), None, [3; 32], &mut Vec::new())
+                .unwrap();
+        let mut hello = Vec::new();
+        Handshake::with_nonce(Role::Initiator, id(7, 2, 9), None, [4; 32], &mut hello).unwrap();
+        let (k, b) = frames(&mut hello).remove(0);
+        hc.on_frame(k, &b, &mut Vec::new()).unwrap();
+        assert_eq!(
+            hc.on_frame(Kind::Defer, &[], &mut Vec::new()),
+            Err(HandshakeError::Unexpected(Kind::Defer))
+        );
+        let mut hd =
+            Handshake::with_nonce(Role::Initiator, id(7, 2, 9), None, [5; 32], &mut Vec::new())
+                .unwrap();
+        let mut hello = Vec::new();
+        Handshake::with_nonce(Role::Responder, id(7, 1, 9), None, [6; 32], &mut hello).unwrap();
+        let (k, b) = frames(&mut hello).remove(0);
+        hd.on_frame(k, &b, &mut Vec::new()).unwrap();
+        assert_eq!(
+            hd.on_frame(Kind::Defer, &[0], &mut Vec::new()),
+            Err(HandshakeError::Unexpected(Kind::Defer))
+        );
+        // A higher id may not defer: the lower one's dial is the pair's.
+        let mut he =
+            Handshake::with_nonce(Role::Initiator, id(7, 1, 9), None, [7; 32], &mut Vec::new())
+                .unwrap();
+        let mut hello = Vec::new();
+        Handshake::with_nonce(Role::Responder, id(7, 2, 9), None, [8; 32], &mut hello).unwrap();
+        let (k, b) = frames(&mut hello).remove(0);
+        he.on_frame(k, &b, &mut Vec::new()).unwrap();
+        assert_eq!(
+            he.on_frame(Kind::Defer, &[], &mut Vec::new()),
+            Err(HandshakeError::Unexpected(Kind::Defer))
+        );
     }
 
     #[test]

@@ -12,6 +12,16 @@
 //! no failure: it routes to the peer over its own dial, whose end would be one. A dial that
 //! authenticated first has carried messages, and both connections stay (FIFO per pair
 //! forbids moving what follows to another connection while the first may still be read).
+//!
+//! Most crossings are settled before either side authenticates: when the higher id's Hello
+//! reaches the lower end while the lower end's own dial to it is under way (in its handshake
+//! or up), the lower end answers with Defer instead of Auth (`Kind::Defer`). The dialer then
+//! authenticates nothing and sends nothing on that connection: it closes it, and what waits
+//! for the peer waits for the lower id's connection (`startup.rs`'s redial: after
+//! [`DEFER_WAIT`] it dials again, and once the peer has deferred for a handshake timeout, the
+//! longest its own dial can live, the dial fails as any other). The Defer is
+//! unauthenticated, like everything before Auth; what a stranger can do with one (delay a
+//! dial by a handshake timeout) it could do by holding the connection without a word.
 
 use super::backend::Backend;
 use super::conn::Conn;
@@ -21,6 +31,12 @@ use super::Reactor;
 use crate::proto::Protocol;
 use crate::wire::Framed;
 use crate::NodeId;
+use std::time::Duration;
+
+/// How long a deferred dialer waits for the peer's own connection before it dials again:
+/// the peer's dial was under way when it deferred, and authenticates within a handshake's
+/// round trips unless a SYN was lost (retried after 1 s) or the peer failed.
+pub(super) const DEFER_WAIT: Duration = Duration::from_secs(1);
 
 impl<P: Protocol, B: Backend> Reactor<P, B>
 where
@@ -55,6 +71,39 @@ where
             push(conn, msg)?;
         }
         Ok(!waiting.is_empty())
+    }
+
+    /// Answer the Hello that came on `slot` from a higher id, whose route here was `dial`
+    /// when it came: Defer if `dial` is our own dial to the id the Hello claims, still in its
+    /// handshake or authenticated with the incarnation the Hello claims; else the Auth the
+    /// handshake wrote (another incarnation is an impostor or a restart, judged once it has
+    /// proved the key).
+    pub(super) fn answer_hello(
+        &mut self,
+        slot: usize,
+        dial: usize,
+        auth: Vec<u8>,
+    ) -> Result<(), ConnError> {
+        let claimed = self
+            .conns
+            .get(slot)
+            .and_then(|c| c.handshake.claimed_peer());
+        let ours = claimed.is_some_and(|p| {
+            self.conns.get(dial).is_some_and(|d| {
+                d.dialed == Some(p.id) && (d.peer.is_none() || d.incarnation == p.incarnation)
+            })
+        });
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return Ok(());
+        };
+        if ours {
+            let mut defer = Vec::new();
+            conn.handshake.defer(&mut defer)?;
+            conn.out.push_bytes(&defer);
+        } else {
+            conn.out.push_bytes(&auth);
+        }
+        Ok(())
     }
 
     /// Whether `conn` (in `slot`), ending for `why`, is a higher id's dial that may have

@@ -11,7 +11,7 @@ use super::release::Goodbye;
 use super::{Due, NodeEvent, Reactor};
 use crate::engine::EngineError;
 use crate::proto::{Action, Message, Protocol};
-use crate::wire::handshake::{Handshake, Role, MAX_HANDSHAKE_BODY};
+use crate::wire::handshake::{Handshake, HandshakeError, Role, MAX_HANDSHAKE_BODY};
 use crate::wire::{FrameDecoder, Framed, Kind, SendQueue, WireError};
 use crate::NodeId;
 use mio::net::TcpStream;
@@ -258,12 +258,25 @@ where
         // A higher id's dial that yielded to ours ends with no failure (`crossing.rs`).
         let yielded = self.yielded_to_us(&conn, slot, &why).is_some();
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
-        // A dial to a peer not listening yet, during the start-up grace: tried again later.
+        // A crossing dial we answered with Defer, closed by its dialer or timed out: the
+        // stranger it was leaves, and nobody failed (`crossing.rs`).
+        if conn.peer.is_none() && conn.handshake.is_deferred() {
+            if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
+                host.strangers.left();
+            }
+            self.lost.push(conn.stream);
+            return Ok(());
+        }
+        // A dial to a peer not listening yet, during the start-up grace, or one the peer
+        // deferred to its own: tried again later, unless the peer's connection comes first.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {
+            let deferred = matches!(why, ConnError::Handshake(HandshakeError::Deferred(_)));
             if self.redial_later(h, to, held, &why) {
                 self.lost.push(conn.stream);
                 self.unroute(h, to, slot);
-                self.refuse(h, Some(to), why);
+                if !deferred {
+                    self.refuse(h, Some(to), why);
+                }
                 return Ok(());
             }
         }
@@ -413,15 +426,36 @@ where
         };
         conn.received = true;
         let (mut answered, mut bye, mut release) = (false, false, false);
-        let mut crossing = None;
+        let (mut crossing, mut hello) = (None, None);
         while let Some(frame) = conn.decoder.next_frame()? {
             let Some(peer) = conn.peer else {
                 let mut reply = Vec::new();
                 let authenticated =
                     conn.handshake
                         .on_frame(frame.kind, frame.body(), &mut reply)?;
-                conn.out.push_bytes(&reply);
                 answered = true;
+                // A Hello from a higher id we may be dialing ourselves: answered below, with
+                // Defer if our dial is under way (`crossing.rs`).
+                let claimed = conn
+                    .handshake
+                    .claimed()
+                    .filter(|_| frame.kind == Kind::Hello);
+                let host = self.hosts.get(conn.host).and_then(|x| x.as_ref());
+                let dial = match (claimed, host) {
+                    (Some(p), Some(host))
+                        if conn.dialed.is_none()
+                            && p > host.identity.node_id
+                            && !self.cfg.options.reconnect =>
+                    {
+                        host.route.get(&p).copied().filter(|&s| s != slot)
+                    }
+                    _ => None,
+                };
+                if let Some(dial) = dial {
+                    hello = Some((dial, reply));
+                    break;
+                }
+                conn.out.push_bytes(&reply);
                 let Some(peer) = authenticated else {
                     continue;
                 };
@@ -511,13 +545,18 @@ where
         if let Some(own) = crossing {
             answered |= self.yield_dial(own, slot)?;
         }
+        let answer = hello.map(|(dial, auth)| self.answer_hello(slot, dial, auth));
         if answered {
             self.push_out(slot)?;
         }
         if bye {
             return self.goodbye_heard(slot);
         }
-        Ok(())
+        match answer {
+            // Whatever came after the Hello.
+            Some(answered) => answered.and_then(|()| self.frames(slot)),
+            None => Ok(()),
+        }
     }
 
     /// Start writing what `slot` has queued. An error is the connection's.

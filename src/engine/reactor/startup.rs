@@ -1,4 +1,5 @@
-//! Start-up is not a failure ([`ReactorOptions::startup_grace`]).
+//! Start-up is not a failure ([`ReactorOptions::startup_grace`]); nor is a dial the peer
+//! deferred to its own (`crossing.rs`), whose messages wait here for the peer's connection.
 //!
 //! A launcher (or a shell loop) starts a job's processes milliseconds to seconds apart. With a
 //! fixed peer list, a node dials a peer that is not listening yet, is refused, and would
@@ -11,9 +12,11 @@
 //! [`ReactorOptions::startup_grace`]: crate::engine::ReactorOptions::startup_grace
 
 use super::backend::Backend;
+use super::crossing::DEFER_WAIT;
 use super::error::ConnError;
 use super::{Due, EngineError, Reactor};
-use crate::proto::Protocol;
+use crate::proto::{Protocol, Time};
+use crate::wire::handshake::HandshakeError;
 use crate::wire::Framed;
 use crate::NodeId;
 use std::time::Duration;
@@ -29,7 +32,19 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// while no dial is under way.
 pub(super) struct Redial<M> {
     tries: u32,
+    /// When the peer first deferred our dial to its own (`crossing.rs`).
+    deferred_since: Option<Time>,
     pub(super) held: Vec<M>,
+}
+
+impl<M> Redial<M> {
+    fn new() -> Self {
+        Self {
+            tries: 0,
+            deferred_since: None,
+            held: Vec::new(),
+        }
+    }
 }
 
 /// The pause after `tries` failed tries.
@@ -66,15 +81,25 @@ where
         why: &ConnError,
     ) -> bool {
         let now = self.now();
+        if matches!(why, ConnError::Handshake(HandshakeError::Deferred(_))) {
+            let r = self.redial.entry((h, to)).or_insert_with(Redial::new);
+            let since = *r.deferred_since.get_or_insert(now);
+            // The peer's own dial lives a handshake's timeout at most: past that, deferring
+            // is no longer the peer waiting for its connection.
+            if now.since(since) >= self.cfg.options.handshake_timeout {
+                self.redial.remove(&(h, to));
+                return false;
+            }
+            r.held.extend(held);
+            self.timers.set(Due::Redial(h, to), now + DEFER_WAIT);
+            return true;
+        }
         let within = now.since(self.started) < self.cfg.options.startup_grace;
         if !within || !not_there_yet(why) || self.cold[h].reached(to) {
             self.redial.remove(&(h, to));
             return false;
         }
-        let r = self.redial.entry((h, to)).or_insert(Redial {
-            tries: 0,
-            held: Vec::new(),
-        });
+        let r = self.redial.entry((h, to)).or_insert_with(Redial::new);
         r.held.extend(held);
         let after = pause(r.tries);
         r.tries += 1;
