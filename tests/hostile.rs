@@ -368,6 +368,87 @@ fn a_peer_that_only_defers_is_suspected_after_a_bounded_wait() {
     }
 }
 
+/// A stranger claiming a higher id whose dial the node defers (its own dial to that id is
+/// under way) may send the one Auth that crosses the Defer, and no more: a second is
+/// refused, so a deferred connection cannot be kept busy.
+#[test]
+fn a_deferred_stranger_may_not_stream_auth_frames() {
+    use weft::proto::ping::PingPong;
+    use weft::wire::handshake::{Handshake, HandshakeError, Identity, Role};
+    use weft::wire::FrameDecoder;
+    for backend in BACKENDS {
+        let key = JobKey::generate().unwrap();
+        let o = opts(backend, &key);
+        // Node 0 dials node 9 at an address that accepts and never answers: its dial stays
+        // in its handshake.
+        let silent = listener();
+        let silent_addr = silent.local_addr().unwrap();
+        let node_listener = listener();
+        let node_addr = node_listener.local_addr().unwrap();
+        let (tx, rx) = channel();
+        let spec = NodeSpec {
+            id: NodeId(0),
+            listener: node_listener,
+            peers: [(NodeId(9), silent_addr)].into_iter().collect(),
+            key: key.clone(),
+            core: None,
+        };
+        let node = spawn(spec, &o, PingPong::pinger(NodeId(9), vec![32], 1, 0), tx).unwrap();
+        node.wake();
+        let (_held, _) = silent.accept().unwrap();
+        // The stranger, as node 9 (it knows the job id and parameters, not the key).
+        let me = Identity {
+            params: o.params.clone(),
+            ..Identity::new(o.job_id, NodeId(9), JobKey::generate().unwrap())
+        };
+        let mut s = TcpStream::connect(node_addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = Vec::new();
+        let mut hs = Handshake::start(Role::Initiator, me, Some(NodeId(0)), &mut out).unwrap();
+        s.write_all(&out).unwrap();
+        let (mut dec, mut buf, mut auth) = (FrameDecoder::default(), [0u8; 4096], Vec::new());
+        let deferred = 'read: loop {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "{backend}: the node closed before deferring");
+            dec.push(&buf[..n]);
+            while let Some(f) = dec.next_frame().unwrap() {
+                match hs.on_frame(f.kind, f.body(), &mut auth) {
+                    Ok(None) => {}
+                    other => break 'read other,
+                }
+            }
+        };
+        assert_eq!(
+            deferred,
+            Err(HandshakeError::Deferred(NodeId(0))),
+            "{backend}"
+        );
+        // The Auth our Hello's answer made, twice.
+        s.write_all(&auth).unwrap();
+        s.write_all(&auth).unwrap();
+        let refused = |seen: &[(NodeId, NodeEvent)]| {
+            seen.iter().any(|(_, e)| {
+                matches!(e, NodeEvent::Refused(r)
+                    if r.why == ConnError::Handshake(HandshakeError::Unexpected(weft::wire::Kind::Auth)))
+            })
+        };
+        let seen = collect(&rx, 10, refused);
+        assert!(refused(&seen), "{backend}: {seen:?}");
+        // And the node closed that connection (an end or a reset, not the read timing out).
+        let closed = s.read_to_end(&mut Vec::new());
+        assert!(
+            !matches!(&closed, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "{backend}: {closed:?}"
+        );
+        assert!(
+            !seen
+                .iter()
+                .any(|(_, e)| *e == NodeEvent::Suspect(NodeId(9))),
+            "{backend}: a stranger's words are not node 9's failure: {seen:?}"
+        );
+    }
+}
+
 /// A member no address is known for is suspected (as a refused dial), not asked for forever.
 #[test]
 fn a_member_without_an_address_is_suspected() {

@@ -313,6 +313,8 @@ pub struct Handshake {
     peer: Option<Hello>,
     done: bool,
     deferred: bool,
+    /// The one Auth a deferred dialer may still send has come.
+    swallowed: bool,
 }
 
 fn decode<T>(body: &[u8]) -> Result<T, HandshakeError>
@@ -376,6 +378,7 @@ impl Handshake {
             peer: None,
             done: false,
             deferred: false,
+            swallowed: false,
         })
     }
 
@@ -400,8 +403,9 @@ impl Handshake {
     /// Answer the peer's Hello with Defer instead of the Auth [`Self::on_frame`] wrote (the
     /// caller drops that): our own dial to the peer it claims to be is under way and is the
     /// one the pair keeps. Only a responder that has the Hello and nothing after it defers;
-    /// the connection then authenticates nothing, and the Auth still to come from the peer
-    /// is taken without a look until the peer closes it.
+    /// the connection then authenticates nothing, and the one Auth still to come from the
+    /// peer (sent on our Hello, crossing the Defer) is taken without a look; anything more is
+    /// out of order, so a stranger cannot keep the connection busy with them.
     pub fn defer(&mut self, out: &mut Vec<u8>) -> Result<(), HandshakeError> {
         if self.role != Role::Responder || self.peer.is_none() || self.done {
             return Err(HandshakeError::Unexpected(Kind::Defer));
@@ -475,7 +479,10 @@ impl Handshake {
     ) -> Result<Option<Peer>, HandshakeError> {
         if self.deferred {
             return match kind {
-                Kind::Auth => Ok(None),
+                Kind::Auth if !self.swallowed => {
+                    self.swallowed = true;
+                    Ok(None)
+                }
                 kind => Err(HandshakeError::Unexpected(kind)),
             };
         }
@@ -710,6 +717,11 @@ mod tests {
             );
         }
         assert!(!hb.is_done() && hb.session().is_none());
+        assert_eq!(
+            hb.on_frame(Kind::Auth, &[0; 40], &mut Vec::new()),
+            Err(HandshakeError::Unexpected(Kind::Auth)),
+            "one Auth, not a stream of them"
+        );
         assert_eq!(
             hb.on_frame(Kind::Msg, &[], &mut Vec::new()),
             Err(HandshakeError::Unexpected(Kind::Msg))

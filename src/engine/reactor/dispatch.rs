@@ -259,12 +259,19 @@ where
         let yielded = self.yielded_to_us(&conn, slot, &why).is_some();
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         // A crossing dial we answered with Defer, closed by its dialer or timed out: the
-        // stranger it was leaves, and nobody failed (`crossing.rs`).
+        // stranger it was leaves, and nobody failed (`crossing.rs`). What it said out of
+        // order is refused as a stranger's.
         if conn.peer.is_none() && conn.handshake.is_deferred() {
             if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
                 host.strangers.left();
             }
             self.lost.push(conn.stream);
+            if matches!(
+                why,
+                ConnError::Handshake(_) | ConnError::Wire(_) | ConnError::Chatty(..)
+            ) {
+                self.refuse(h, None, why);
+            }
             return Ok(());
         }
         // A dial to a peer not listening yet, during the start-up grace, or one the peer
