@@ -667,6 +667,23 @@ mod tests {
         assert!(ha.session().unwrap().bulk, "either end asks");
     }
 
+    /// Node `me`'s handshake in `role`, having taken node `peer`'s Hello (the other role's).
+    fn having_hello(role: Role, me: u64, peer: u64) -> Handshake {
+        let other = match role {
+            Role::Initiator => Role::Responder,
+            Role::Responder => Role::Initiator,
+        };
+        let mut h =
+            Handshake::with_nonce(role, id(7, me, 9), None, [3; 32], &mut Vec::new()).unwrap();
+        let mut hello = Vec::new();
+        Handshake::with_nonce(other, id(7, peer, 9), None, [4; 32], &mut hello).unwrap();
+        let mut d = FrameDecoder::new(MAX_HANDSHAKE_BODY);
+        d.push(&hello);
+        let f = d.next_frame().unwrap().unwrap();
+        assert_eq!(h.on_frame(f.kind, f.body(), &mut Vec::new()), Ok(None));
+        h
+    }
+
     /// A responder that defers answers the Hello with Defer, not Auth: its dialer learns who
     /// keeps the connection and authenticates nothing; the dialer's Auth that crossed the
     /// Defer is taken quietly. Only a responder with a Hello in hand may defer, and a
@@ -727,36 +744,18 @@ mod tests {
             Err(HandshakeError::Unexpected(Kind::Msg))
         );
         // A Defer to a responder, or with a body, is out of order.
-        let mut hc =
-            Handshake::with_nonce(Role::Responder, id(7, 1, 9), None, [3; 32], &mut Vec::new())
-                .unwrap();
-        let mut hello = Vec::new();
-        Handshake::with_nonce(Role::Initiator, id(7, 2, 9), None, [4; 32], &mut hello).unwrap();
-        let (k, b) = frames(&mut hello).remove(0);
-        hc.on_frame(k, &b, &mut Vec::new()).unwrap();
+        let mut hc = having_hello(Role::Responder, 1, 2);
         assert_eq!(
             hc.on_frame(Kind::Defer, &[], &mut Vec::new()),
             Err(HandshakeError::Unexpected(Kind::Defer))
         );
-        let mut hd =
-            Handshake::with_nonce(Role::Initiator, id(7, 2, 9), None, [5; 32], &mut Vec::new())
-                .unwrap();
-        let mut hello = Vec::new();
-        Handshake::with_nonce(Role::Responder, id(7, 1, 9), None, [6; 32], &mut hello).unwrap();
-        let (k, b) = frames(&mut hello).remove(0);
-        hd.on_frame(k, &b, &mut Vec::new()).unwrap();
+        let mut hd = having_hello(Role::Initiator, 2, 1);
         assert_eq!(
             hd.on_frame(Kind::Defer, &[0], &mut Vec::new()),
             Err(HandshakeError::Unexpected(Kind::Defer))
         );
         // A higher id may not defer: the lower one's dial is the pair's.
-        let mut he =
-            Handshake::with_nonce(Role::Initiator, id(7, 1, 9), None, [7; 32], &mut Vec::new())
-                .unwrap();
-        let mut hello = Vec::new();
-        Handshake::with_nonce(Role::Responder, id(7, 2, 9), None, [8; 32], &mut hello).unwrap();
-        let (k, b) = frames(&mut hello).remove(0);
-        he.on_frame(k, &b, &mut Vec::new()).unwrap();
+        let mut he = having_hello(Role::Initiator, 1, 2);
         assert_eq!(
             he.on_frame(Kind::Defer, &[], &mut Vec::new()),
             Err(HandshakeError::Unexpected(Kind::Defer))

@@ -107,16 +107,26 @@ where
     }
 
     /// Whether `conn` (in `slot`), ending for `why`, is a higher id's dial that may have
-    /// yielded to ours (see [`Self::yield_dial`]): the peer it named, if so. Its end as a
-    /// stream (the end of it, a reset, a write into the closed socket) is no failure: the
-    /// node routes to the peer over its own dial, whose end would be one. Anything the
-    /// connection said wrong (a forged frame, an impostor) is refused as ever.
+    /// yielded to ours (see [`Self::yield_dial`]), or that we deferred (see
+    /// [`Self::answer_hello`]): the peer it named, if so. A yielded dial's end as a stream
+    /// (the end of it, a reset, a write into the closed socket) is no failure: the node
+    /// routes to the peer over its own dial, whose end would be one. A deferred dial's end
+    /// is none either, however it comes (its dialer closes it, or its handshake times out).
+    /// Anything the connection said wrong (a forged frame, an impostor, frames out of
+    /// order) is refused as ever.
     pub(super) fn yielded_to_us(
         &self,
         conn: &Conn,
         slot: usize,
         why: &ConnError,
     ) -> Option<NodeId> {
+        if conn.peer.is_none() && conn.handshake.is_deferred() {
+            let said_wrong = matches!(
+                why,
+                ConnError::Handshake(_) | ConnError::Wire(_) | ConnError::Chatty(..)
+            );
+            return conn.handshake.claimed().filter(|_| !said_wrong);
+        }
         let ended = match why {
             ConnError::ClosedByPeer => true,
             ConnError::Io(io) => matches!(io.errno, Some(libc::EPIPE | libc::ECONNRESET)),

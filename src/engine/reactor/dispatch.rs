@@ -11,7 +11,7 @@ use super::release::Goodbye;
 use super::{Due, NodeEvent, Reactor};
 use crate::engine::EngineError;
 use crate::proto::{Action, Message, Protocol};
-use crate::wire::handshake::{Handshake, HandshakeError, Role, MAX_HANDSHAKE_BODY};
+use crate::wire::handshake::{Handshake, Role, MAX_HANDSHAKE_BODY};
 use crate::wire::{FrameDecoder, Framed, Kind, SendQueue, WireError};
 use crate::NodeId;
 use mio::net::TcpStream;
@@ -255,29 +255,14 @@ where
             // What waited for the peer goes with it, as a lost connection's queue does.
             self.releasing.remove(&(h, peer));
         }
-        // A higher id's dial that yielded to ours ends with no failure (`crossing.rs`).
+        // A higher id's dial that yielded to ours, or that we deferred, ends with no failure
+        // (`crossing.rs`).
         let yielded = self.yielded_to_us(&conn, slot, &why).is_some();
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
-        // A crossing dial we answered with Defer, closed by its dialer or timed out: the
-        // stranger it was leaves, and nobody failed (`crossing.rs`). What it said out of
-        // order is refused as a stranger's.
-        if conn.peer.is_none() && conn.handshake.is_deferred() {
-            if let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) {
-                host.strangers.left();
-            }
-            self.lost.push(conn.stream);
-            if matches!(
-                why,
-                ConnError::Handshake(_) | ConnError::Wire(_) | ConnError::Chatty(..)
-            ) {
-                self.refuse(h, None, why);
-            }
-            return Ok(());
-        }
         // A dial to a peer not listening yet, during the start-up grace, or one the peer
         // deferred to its own: tried again later, unless the peer's connection comes first.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {
-            let deferred = matches!(why, ConnError::Handshake(HandshakeError::Deferred(_)));
+            let deferred = why.deferred();
             if self.redial_later(h, to, held, &why) {
                 self.lost.push(conn.stream);
                 self.unroute(h, to, slot);

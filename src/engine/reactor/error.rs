@@ -87,6 +87,11 @@ impl fmt::Display for IoFailure {
 }
 
 impl ConnError {
+    /// The peer we dialed keeps its own dial instead (`crossing.rs`): no failure yet.
+    pub(super) fn deferred(&self) -> bool {
+        matches!(self, ConnError::Handshake(HandshakeError::Deferred(_)))
+    }
+
     /// `op` failed with `e`.
     pub fn io(op: impl Into<String>, e: &std::io::Error) -> Self {
         ConnError::Io(IoFailure {

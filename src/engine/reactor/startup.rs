@@ -16,7 +16,6 @@ use super::crossing::DEFER_WAIT;
 use super::error::ConnError;
 use super::{Due, EngineError, Reactor};
 use crate::proto::{Protocol, Time};
-use crate::wire::handshake::HandshakeError;
 use crate::wire::Framed;
 use crate::NodeId;
 use std::time::Duration;
@@ -81,7 +80,7 @@ where
         why: &ConnError,
     ) -> bool {
         let now = self.now();
-        if matches!(why, ConnError::Handshake(HandshakeError::Deferred(_))) {
+        if why.deferred() {
             let r = self.redial.entry((h, to)).or_insert_with(Redial::new);
             let since = *r.deferred_since.get_or_insert(now);
             // The peer's own dial lives a handshake's timeout at most: past that, deferring
