@@ -449,6 +449,67 @@ fn a_deferred_stranger_may_not_stream_auth_frames() {
     }
 }
 
+/// A crossing dial that yielded before this end read it: its Hello, then a reset. The node
+/// reads what the socket holds before it judges the end, learns whose dial it was (one it
+/// defers to its own, under way), and reports nothing; `tests/crossing.rs` saw it refused
+/// now and then, on epoll, which reports the error before the bytes. A stranger that says
+/// something wrong is still refused.
+#[test]
+fn a_crossing_dial_reset_before_it_was_read_is_no_refusal() {
+    use weft::proto::ping::PingPong;
+    use weft::wire::handshake::{Handshake, Identity, Role};
+    for backend in BACKENDS {
+        let key = JobKey::generate().unwrap();
+        let o = opts(backend, &key);
+        // Node 0's dial to node 9 stays in its handshake: 9's address never answers.
+        let silent = listener();
+        let silent_addr = silent.local_addr().unwrap();
+        let node_listener = listener();
+        let a0 = node_listener.local_addr().unwrap();
+        let (tx, rx) = channel();
+        let spec = NodeSpec {
+            id: NodeId(0),
+            listener: node_listener,
+            peers: [(NodeId(9), silent_addr)].into_iter().collect(),
+            key: key.clone(),
+            core: None,
+        };
+        let node = spawn(spec, &o, PingPong::pinger(NodeId(9), vec![32], 1, 0), tx).unwrap();
+        node.wake();
+        let (_held, _) = silent.accept().unwrap();
+        let me = Identity {
+            params: o.params.clone(),
+            ..Identity::new(o.job_id, NodeId(9), key.clone())
+        };
+        // 9's own dials: a Hello each, then a reset.
+        for _ in 0..5 {
+            let mut s = TcpStream::connect(a0).unwrap();
+            let mut hello = Vec::new();
+            Handshake::start(Role::Initiator, me.clone(), Some(NodeId(0)), &mut hello).unwrap();
+            s.write_all(&hello).unwrap();
+            socket2::SockRef::from(&s)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+        }
+        // Then a stranger that speaks garbage: its refusal is the event to wait for.
+        let mut chatty = TcpStream::connect(a0).unwrap();
+        chatty.write_all(&[0xee; 64]).unwrap();
+        let wire = |s: &[(NodeId, NodeEvent)]| {
+            s.iter()
+                .filter(|(_, e)| {
+                    matches!(e, NodeEvent::Refused(r) if matches!(r.why, ConnError::Wire(_)))
+                })
+                .count()
+        };
+        let seen = collect(&rx, 10, |s| wire(s) >= 1);
+        let refused = seen
+            .iter()
+            .filter(|(_, e)| matches!(e, NodeEvent::Refused(_)))
+            .count();
+        assert_eq!((wire(&seen), refused), (1, 1), "{backend}: {seen:?}");
+    }
+}
+
 /// A member no address is known for is suspected (as a refused dial), not asked for forever.
 #[test]
 fn a_member_without_an_address_is_suspected() {

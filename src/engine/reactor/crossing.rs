@@ -30,7 +30,6 @@ use super::error::ConnError;
 use super::Reactor;
 use crate::proto::Protocol;
 use crate::wire::Framed;
-use crate::NodeId;
 use std::time::Duration;
 
 /// How long a deferred dialer waits for the peer's own connection before it dials again:
@@ -106,38 +105,52 @@ where
         Ok(())
     }
 
+    /// A stranger's connection fails (a reset, a write into its closed socket) with its
+    /// Hello perhaps still unread in the socket, as a crossing dial that yielded before this
+    /// end accepted it does: read it, so that the end is judged knowing who it was
+    /// ([`Self::yielded_to_us`]). Epoll reports the error before the bytes, and a write at
+    /// the accept can fail before any read; a ring has delivered them already.
+    pub(super) fn read_hello_before_failing(&mut self, slot: usize) {
+        if self.conns.get(slot).is_some_and(|c| c.peer.is_none()) {
+            // What it said, or why the socket says no more: the caller's reason stands.
+            let _ = self.read(slot);
+        }
+    }
+
     /// Whether `conn` (in `slot`), ending for `why`, is a higher id's dial that may have
     /// yielded to ours (see [`Self::yield_dial`]), or that we deferred (see
-    /// [`Self::answer_hello`]): the peer it named, if so. A yielded dial's end as a stream
-    /// (the end of it, a reset, a write into the closed socket) is no failure: the node
-    /// routes to the peer over its own dial, whose end would be one. A deferred dial's end
-    /// is none either, however it comes (its dialer closes it, or its handshake times out).
-    /// Anything the connection said wrong (a forged frame, an impostor, frames out of
-    /// order) is refused as ever.
-    pub(super) fn yielded_to_us(
-        &self,
-        conn: &Conn,
-        slot: usize,
-        why: &ConnError,
-    ) -> Option<NodeId> {
+    /// [`Self::answer_hello`]). A yielded dial's end as a stream (the end of it, a reset, a
+    /// write into the closed socket) is no failure: the node routes to the peer over its
+    /// own dial, whose end would be one. A deferred dial's end is none either, however it
+    /// comes (its dialer closes it, or its handshake times out). Anything a connection said
+    /// wrong (a forged frame, an impostor, frames out of order) is refused as ever. Both
+    /// are told by the Hello, which the reactor reads before it judges an end (`close`).
+    pub(super) fn yielded_to_us(&self, conn: &Conn, slot: usize, why: &ConnError) -> bool {
         if conn.peer.is_none() && conn.handshake.is_deferred() {
             let said_wrong = matches!(
                 why,
                 ConnError::Handshake(_) | ConnError::Wire(_) | ConnError::Chatty(..)
             );
-            return conn.handshake.claimed().filter(|_| !said_wrong);
+            return !said_wrong;
         }
         let ended = match why {
             ConnError::ClosedByPeer => true,
             ConnError::Io(io) => matches!(io.errno, Some(libc::EPIPE | libc::ECONNRESET)),
             _ => false,
         };
-        if !ended || conn.dialed.is_some() || self.cfg.options.reconnect {
-            return None;
+        if !ended || conn.dialed.is_some() {
+            return false;
         }
-        let peer = conn.peer.or_else(|| conn.handshake.claimed())?;
-        let host = self.hosts.get(conn.host).and_then(|x| x.as_ref())?;
+        if self.cfg.options.reconnect {
+            return false;
+        }
+        let Some(peer) = conn.peer.or_else(|| conn.handshake.claimed()) else {
+            return false;
+        };
+        let Some(host) = self.hosts.get(conn.host).and_then(|x| x.as_ref()) else {
+            return false;
+        };
         let routed_elsewhere = host.route.get(&peer).is_some_and(|&s| s != slot);
-        (peer > host.identity.node_id && routed_elsewhere).then_some(peer)
+        peer > host.identity.node_id && routed_elsewhere
     }
 }

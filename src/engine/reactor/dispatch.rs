@@ -72,6 +72,7 @@ where
                     }
                     // What arrived before the failure (the frames ahead of a FIN) counts; a
                     // goodbye's answer among them makes the end a release.
+                    self.read_hello_before_failing(slot);
                     let why = match self.frames(slot) {
                         Err(ConnError::Released) => ConnError::Released,
                         _ => *why,
@@ -257,7 +258,7 @@ where
         }
         // A higher id's dial that yielded to ours, or that we deferred, ends with no failure
         // (`crossing.rs`).
-        let yielded = self.yielded_to_us(&conn, slot, &why).is_some();
+        let yielded = self.yielded_to_us(&conn, slot, &why);
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
         // A dial to a peer not listening yet, during the start-up grace, or one the peer
         // deferred to its own: tried again later, unless the peer's connection comes first.
@@ -561,7 +562,10 @@ where
     pub(super) fn flush(&mut self, slot: usize) -> Result<(), EngineError> {
         match self.push_out(slot) {
             Ok(()) => Ok(()),
-            Err(why) => self.close(slot, why),
+            Err(why) => {
+                self.read_hello_before_failing(slot);
+                self.close(slot, why)
+            }
         }
     }
 
