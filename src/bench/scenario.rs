@@ -457,6 +457,34 @@ mod tests {
         }
     }
 
+    /// The root and the next in line among four victims killed 4.334 µs apart (the case
+    /// a fresh run found): the new root took the dead root's last epoch, still on its
+    /// way, for a split and left its own view for the dead root's.
+    #[test]
+    fn the_new_root_keeps_its_view_when_the_dead_roots_last_epochs_arrive() {
+        let victims = vec![NodeId(3), NodeId(4), NodeId(1), NodeId(0)];
+        let r = run(&StabilizeConfig {
+            nodes: 67,
+            radix: 2,
+            mode: TreeMode::Patch,
+            victims: victims.clone(),
+            kill_gap: Duration::from_nanos(4334),
+            label: "case".into(),
+            net: NetKind::Constant,
+            torus: None,
+            latency: Duration::from_micros(5),
+            ocp: Duration::from_micros(2),
+            send: Duration::ZERO,
+            seed: 0,
+            probe: None,
+            batch: Duration::ZERO,
+            orphan_hold: Duration::ZERO,
+            collect: false,
+        })
+        .unwrap();
+        assert!(r.views_agree && r.stabilized && r.views_named_once, "{r:?}");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 

@@ -25,8 +25,11 @@
 //!   hold answers so too: a falsely suspected process that never noticed learns so and
 //!   rejoins; a process of another view finds the split;
 //! - a member told `Excluded` by a view of another root, or that receives a state which does
-//!   not supersede its own and names another root, either from a process its view counts dead
-//!   or from that root itself saying this process is not in its view, has found another view.
+//!   not supersede its own and names another root from its own root or from that root itself
+//!   saying this process is not in its view, has found another view. One that receives such
+//!   a state from a process its view counts dead answers with its own (`Excluded`) and waits
+//!   for the answer: the sender may have died with the message on its way (a dead root's last
+//!   epochs reach the root that replaced it), and only a live one answers.
 //!   The view with the lower root wins: a member of the other one leaves its view and asks to
 //!   come back through the winner's root (a recovered process, with its old id); a member of
 //!   the winner sends its own state back, so that the sender does the same. The winner's root
@@ -190,15 +193,21 @@ impl Membership {
             }
             return;
         }
-        // From this view's root (which holds another view now), from a process this view
-        // counts dead (what it says is its view now), or from the other view's root itself
-        // saying this process is not in it.
-        let foreign = r.root != self.state.root
-            && (from == self.state.root
-                || !self.is_live(from)
-                || (from == r.root && !self.live_in(&r, self.me)));
-        if foreign {
+        if r.root == self.state.root {
+            return; // an older epoch of this view, still on its way
+        }
+        // From this view's root (which holds another view now), or from the other view's root
+        // itself saying this process is not in it: a split.
+        if from == self.state.root || (from == r.root && !self.live_in(&r, self.me)) {
             self.split(from, r, MemberMsg::FailedNode, out);
+        } else if !self.is_live(from) {
+            // From a process this view counts dead: what it says may be its view now (a
+            // split), or a message it sent before it died, still on its way (a root this view
+            // replaced sends its last epochs down; the replacing root hears of its death
+            // before them). Only a live process answers: show it this view, and leave this
+            // one only on its answer (`on_excluded`). Taking the state for a split at once
+            // made the new root of a view leave it for the dead root's.
+            out.send(from, MemberMsg::Excluded(self.state.clone()));
         } // else old, or from a root already replaced
     }
 
