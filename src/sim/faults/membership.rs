@@ -111,6 +111,36 @@ pub fn execute_traced(s: &Schedule, trace: Trace) -> Outcome {
                     applied.root_crashes += 1;
                 }
             }
+            Fault::RootCascade { gap_ns, others, .. } => {
+                // The root of the first live process's view, then the next in line in that
+                // view, then the others; each if it is alive then and the job keeps two.
+                let view_of_first = |w: &TimedWorld<Membership>, alive: &[bool]| {
+                    let first = (0..total).find(|&i| alive[i as usize])?;
+                    let m = &w.nodes()[first as usize];
+                    let root = m.root().0 as u32;
+                    let v = m.view();
+                    let at = v.iter().position(|id| id.0 as u32 == root)?;
+                    let next = v.get((at + 1) % v.len()).map(|id| id.0 as u32);
+                    Some((root, next))
+                };
+                let Some((root, next)) = view_of_first(&w, &alive) else {
+                    continue;
+                };
+                let victims = [Some(root), next].into_iter().flatten().chain(others);
+                for (k, v) in victims.enumerate() {
+                    let at = t + k as u64 * gap_ns;
+                    run_until(&mut w, at, &mut out.events, &trace);
+                    let live = alive.iter().filter(|&&a| a).count();
+                    let contacts = alive[..s.nodes as usize].iter().filter(|&&a| a).count();
+                    let may = contacts > 1 || v >= s.nodes;
+                    if v < total && alive[v as usize] && live > 2 && may {
+                        w.kill(v);
+                        alive[v as usize] = false;
+                        applied.crashes += 1;
+                        applied.root_crashes += u32::from(k == 0);
+                    }
+                }
+            }
             Fault::Recover { node, .. } if !alive[node as usize] && started[node as usize] => {
                 let p = Membership::recovering(NodeId(node as u64), &views, cfg, RETRY);
                 w.spawn_at(t, node, p);

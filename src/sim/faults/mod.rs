@@ -63,6 +63,17 @@ pub enum Fault {
         /// When.
         at_us: u64,
     },
+    /// Kill the root, then the next in line, then each of `others`, `gap_ns` apart: a root
+    /// dies with its epoch on its way down and its successor dies taking over (a fresh
+    /// `cargo test` found a split no other shape drew).
+    RootCascade {
+        /// When the root dies.
+        at_us: u64,
+        /// Between two kills, ns.
+        gap_ns: u64,
+        /// Killed after the root and the next in line, in order (if alive then).
+        others: Vec<u32>,
+    },
     /// A killed `node` restarts without its state and asks to come back.
     Recover {
         /// When.
@@ -103,6 +114,7 @@ impl Fault {
         match self {
             Fault::Crash { at_us, .. }
             | Fault::CrashRoot { at_us }
+            | Fault::RootCascade { at_us, .. }
             | Fault::Recover { at_us, .. }
             | Fault::Join { at_us, .. }
             | Fault::Hang { at_us, .. }
@@ -258,6 +270,14 @@ impl Schedule {
                     member(*node, u64::from(self.nodes), total, "a spare slot")?
                 }
                 Fault::CrashRoot { .. } if !timing_only => {}
+                Fault::RootCascade { gap_ns, others, .. } if !timing_only => {
+                    if *gap_ns > MAX_CASCADE_GAP_NS {
+                        return bad(format!("gap_ns {gap_ns}: at most {MAX_CASCADE_GAP_NS}"));
+                    }
+                    for &node in others {
+                        member(node, 0, total, "a process of the job")?;
+                    }
+                }
                 Fault::Hang { node, .. } => member(*node, 0, total, "a process of the job")?,
                 Fault::Partition { sides, .. } => {
                     if sides.len() as u64 != total {
@@ -283,6 +303,8 @@ impl Schedule {
 
 /// Most processes a replayed schedule may start with (drawn ones have `--max-nodes`).
 pub const MAX_REPLAY_NODES: u32 = 4096;
+/// Longest gap between two kills of a [`Fault::RootCascade`], ns (a second).
+pub const MAX_CASCADE_GAP_NS: u64 = 1_000_000_000;
 /// Latest start of a replayed schedule's fault, µs.
 pub const MAX_REPLAY_US: u64 = 60_000_000;
 /// Longest hang or partition of a replayed schedule, µs (a week: "never heals").
@@ -491,10 +513,24 @@ pub fn draw(protocol: FaultProtocol, seed: u64, max_nodes: u32) -> Schedule {
             }
         });
     }
-    faults.sort_by_key(Fault::at_us);
     // Drawn last, so that a seed's other draws are what they were before it existed.
     let collect = crashes && rng.chance(0.5);
     let lowest = crashes && rebalance && rng.chance(0.5);
+    // After those, for the same reason: one schedule in five kills the root, the next in line
+    // and up to three others, 100 ns to 30 µs apart.
+    if crashes && rng.chance(0.2) {
+        let at_us = rng.below(HORIZON_US);
+        let gap_ns = rng.range(100, 30_000);
+        let others = (0..rng.below(4))
+            .map(|_| rng.below(total as u64) as u32)
+            .collect();
+        faults.push(Fault::RootCascade {
+            at_us,
+            gap_ns,
+            others,
+        });
+    }
+    faults.sort_by_key(Fault::at_us);
     Schedule {
         protocol,
         seed,
