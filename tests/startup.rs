@@ -150,3 +150,63 @@ fn nodes_started_apart_form_one_job() {
         }
     }
 }
+
+/// Eight nodes started 200 ms apart, first to last, with ring heartbeats on (100 ms, suspected
+/// after 2.5 periods): n0 watches n7, which starts 1.4 s after it, and each exclusion moved the
+/// ring on to the next process not started yet (34 views lacking a process before anything
+/// failed). Within the start-up grace a peer never heard from is not suspected: no node
+/// detects anyone or installs a view lacking a process until one is killed, and then all
+/// seven survivors install the view without it.
+#[test]
+fn heartbeats_do_not_exclude_processes_that_have_not_started_yet() {
+    let key = JobKey::generate().unwrap();
+    let ports = free_ports(8);
+    let mut nodes: Vec<(Child, Receiver<String>)> = Vec::new();
+    for id in 0..8 {
+        let (child, rx) = start(id, &ports, &key, &[]);
+        let first = rx.recv_timeout(Duration::from_secs(10)).expect("listening");
+        assert!(first.contains("listening"), "{first}");
+        nodes.push((child, rx));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Every node has heard from its ring predecessor once n0 (whose predecessor came last)
+    // is reached by n7: until then nobody may be suspected.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen: Vec<Vec<serde_json::Value>> = vec![Vec::new(); 8];
+    seen[0] = read_until(&nodes[0].1, deadline, |v| {
+        v["kind"] == "authenticated" && v["peer"] == 7
+    });
+    assert!(
+        seen[0].iter().any(|v| v["peer"] == 7),
+        "n7 never reached n0: {:?}",
+        seen[0]
+    );
+    // A further three heartbeat deadlines for a late suspicion to show.
+    std::thread::sleep(Duration::from_millis(800));
+    let all = serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7]);
+    for (id, (_, rx)) in nodes.iter().enumerate() {
+        seen[id].extend(rx.try_iter().map(|l| serde_json::from_str(&l).unwrap()));
+        let wrong: Vec<_> = seen[id]
+            .iter()
+            .filter(|v| v["kind"] == "detected" || (v["kind"] == "view" && v["view"] != all))
+            .collect();
+        assert!(wrong.is_empty(), "n{id} before any failure: {wrong:?}");
+    }
+    // The detectors still work: kill n3.
+    let (mut victim, _) = nodes.remove(3);
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let want = serde_json::json!([0, 1, 2, 4, 5, 6, 7]);
+    for (_, rx) in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = read_until(rx, deadline, |v| v["kind"] == "view" && v["view"] == want);
+        assert!(
+            got.iter().any(|v| v["view"] == want),
+            "never {want}: {got:?}"
+        );
+    }
+    for (mut c, _) in nodes {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

@@ -25,7 +25,10 @@
 //! - A watcher whose own deadline timer fires more than a period late was itself stalled (a
 //!   stopped process that was continued, a starved reactor) and cannot tell whether the
 //!   heartbeats it missed were sent: it starts a new deadline instead of suspecting.
+//! - A predecessor never heard from is not suspected within the start-up grace
+//!   ([`StartupGrace`]): it may not have started yet.
 
+use super::startup::StartupGrace;
 use super::{Outbox, Time, TimerId};
 use crate::NodeId;
 use std::time::Duration;
@@ -240,11 +243,13 @@ impl Heartbeat {
     }
 
     /// One of this component's timers came due; the process to suspect, if any. Other timers
-    /// are ignored (`None`).
+    /// are ignored (`None`). A predecessor that `grace` spares is watched until the grace
+    /// ends instead.
     pub fn on_timer<M: From<Beat>>(
         &mut self,
         now: Time,
         timer: TimerId,
+        grace: &StartupGrace,
         out: &mut Outbox<M>,
     ) -> Option<NodeId> {
         match timer {
@@ -265,6 +270,10 @@ impl Heartbeat {
                     self.heard = now;
                 }
                 let deadline = self.heard + self.cfg.timeout();
+                if let (true, Some(until)) = (now >= deadline, grace.spares(now, watched)) {
+                    self.arm_watch(now, until, out);
+                    return None;
+                }
                 if now >= deadline {
                     self.watched = None;
                     Some(watched)
@@ -296,6 +305,10 @@ mod tests {
         Time(ms * 1_000_000)
     }
 
+    fn none() -> StartupGrace {
+        StartupGrace::none()
+    }
+
     /// Where heartbeats went (not the asks of a new watcher).
     fn beats(out: &mut Outbox<Beat>) -> Vec<NodeId> {
         out.drain()
@@ -312,7 +325,7 @@ mod tests {
         let mut out = Outbox::new();
         h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
         assert_eq!(beats(&mut out), vec![NodeId(3)]);
-        assert_eq!(h.on_timer(at(10), BEAT_TIMER, &mut out), None);
+        assert_eq!(h.on_timer(at(10), BEAT_TIMER, &none(), &mut out), None);
         assert_eq!(beats(&mut out), vec![NodeId(3)]);
         // A new successor is beaten to at once.
         h.set_ring(at(12), Some(NodeId(1)), Some(NodeId(4)), &mut out);
@@ -326,14 +339,17 @@ mod tests {
         h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
         h.heard(at(9), NodeId(1));
         // The first deadline (25 ms) comes; it was heard at 9 ms: wait until 34 ms.
-        assert_eq!(h.on_timer(at(25), WATCH_TIMER, &mut out), None);
+        assert_eq!(h.on_timer(at(25), WATCH_TIMER, &none(), &mut out), None);
         let rearmed = out.drain().any(|a| {
             matches!(a, Action::SetTimer { timer: WATCH_TIMER, after } if after == Duration::from_millis(9))
         });
         assert!(rearmed);
-        assert_eq!(h.on_timer(at(34), WATCH_TIMER, &mut out), Some(NodeId(1)));
+        assert_eq!(
+            h.on_timer(at(34), WATCH_TIMER, &none(), &mut out),
+            Some(NodeId(1))
+        );
         // Once suspected it is not watched any more, so not suspected twice.
-        assert_eq!(h.on_timer(at(60), WATCH_TIMER, &mut out), None);
+        assert_eq!(h.on_timer(at(60), WATCH_TIMER, &none(), &mut out), None);
     }
 
     #[test]
@@ -342,7 +358,10 @@ mod tests {
         let mut out = Outbox::<Beat>::new();
         h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
         h.heard(at(20), NodeId(7));
-        assert_eq!(h.on_timer(at(25), WATCH_TIMER, &mut out), Some(NodeId(1)));
+        assert_eq!(
+            h.on_timer(at(25), WATCH_TIMER, &none(), &mut out),
+            Some(NodeId(1))
+        );
     }
 
     #[test]
@@ -351,8 +370,11 @@ mod tests {
         let mut out = Outbox::<Beat>::new();
         h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
         h.set_ring(at(20), Some(NodeId(0)), Some(NodeId(3)), &mut out);
-        assert_eq!(h.on_timer(at(25), WATCH_TIMER, &mut out), None);
-        assert_eq!(h.on_timer(at(45), WATCH_TIMER, &mut out), Some(NodeId(0)));
+        assert_eq!(h.on_timer(at(25), WATCH_TIMER, &none(), &mut out), None);
+        assert_eq!(
+            h.on_timer(at(45), WATCH_TIMER, &none(), &mut out),
+            Some(NodeId(0))
+        );
     }
 
     #[test]
@@ -361,9 +383,12 @@ mod tests {
         let mut out = Outbox::<Beat>::new();
         h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
         // Due at 25 ms, fires at 200 ms: this process was stopped.
-        assert_eq!(h.on_timer(at(200), WATCH_TIMER, &mut out), None);
+        assert_eq!(h.on_timer(at(200), WATCH_TIMER, &none(), &mut out), None);
         // The predecessor then really is silent: suspected a deadline later.
-        assert_eq!(h.on_timer(at(225), WATCH_TIMER, &mut out), Some(NodeId(1)));
+        assert_eq!(
+            h.on_timer(at(225), WATCH_TIMER, &none(), &mut out),
+            Some(NodeId(1))
+        );
     }
 
     /// A table change applied by the watcher and not yet by the watched process: the
@@ -387,13 +412,48 @@ mod tests {
         assert_eq!(asks.len(), 1);
         assert_eq!(asks[0].0, NodeId(10));
         watched.on_beat(NodeId(12), &asks[0].1);
-        assert_eq!(watched.on_timer(at(10), BEAT_TIMER, &mut out), None);
+        assert_eq!(
+            watched.on_timer(at(10), BEAT_TIMER, &none(), &mut out),
+            None
+        );
         assert_eq!(beats(&mut out), vec![NodeId(11), NodeId(12)]);
         // Its own ring catches up: one beat a period again, to 12.
         watched.set_ring(at(12), Some(NodeId(9)), Some(NodeId(12)), &mut out);
         out.drain();
-        assert_eq!(watched.on_timer(at(20), BEAT_TIMER, &mut out), None);
+        assert_eq!(
+            watched.on_timer(at(20), BEAT_TIMER, &none(), &mut out),
+            None
+        );
         assert_eq!(beats(&mut out), vec![NodeId(12)]);
+    }
+
+    #[test]
+    fn a_predecessor_never_heard_is_not_suspected_within_the_start_up_grace() {
+        let mut h = hb();
+        let mut out = Outbox::<Beat>::new();
+        let mut grace = StartupGrace::new(at(0), Duration::from_millis(100));
+        h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
+        out.drain();
+        // Its deadline (25 ms) passes in silence: watched until the grace ends instead.
+        assert_eq!(h.on_timer(at(25), WATCH_TIMER, &grace, &mut out), None);
+        let rearmed = out.drain().any(|a| {
+            matches!(a, Action::SetTimer { timer: WATCH_TIMER, after } if after == Duration::from_millis(75))
+        });
+        assert!(rearmed);
+        // Past the grace a silent predecessor is suspected.
+        assert_eq!(
+            h.on_timer(at(100), WATCH_TIMER, &grace, &mut out),
+            Some(NodeId(1))
+        );
+        // One heard within the grace and silent since is suspected at its deadline.
+        let mut h = hb();
+        h.set_ring(at(0), Some(NodeId(1)), Some(NodeId(3)), &mut out);
+        grace.heard(at(5), NodeId(1));
+        h.heard(at(5), NodeId(1));
+        assert_eq!(
+            h.on_timer(at(30), WATCH_TIMER, &grace, &mut out),
+            Some(NodeId(1))
+        );
     }
 
     #[test]

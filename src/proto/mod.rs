@@ -26,6 +26,7 @@ pub mod ring;
 pub mod route;
 pub mod spontaneous;
 pub mod stamped;
+pub mod startup;
 pub mod storage;
 pub mod views;
 

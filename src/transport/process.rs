@@ -232,7 +232,9 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
         Entry::Member => Membership::new(p.id, p.members.clone(), p.membership),
         Entry::Join => Membership::joiner(p.id, p.members.clone(), p.membership, retry),
         Entry::Recover => Membership::recovering(p.id, p.members.clone(), p.membership, retry),
-    };
+    }
+    // The engine's dials and the protocol's deadlines keep one start-up rule.
+    .with_startup_grace(p.opts.reactor.startup_grace);
     let opts = NodeOptions {
         epoch: Some(epoch),
         params: p.membership.params(p.members.len()),

@@ -83,6 +83,7 @@ pub use workload::Workload;
 
 use super::heartbeat::{Heartbeat, HeartbeatConfig};
 use super::order::{ModLog, PoTable, Stamp};
+use super::startup::StartupGrace;
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::buf::Payload;
 use crate::id::IdMap;
@@ -686,7 +687,7 @@ impl Broadcast {
             return;
         }
         if let Some(hb) = self.heartbeat.as_mut() {
-            if let Some(peer) = hb.on_timer(self.now, timer, out) {
+            if let Some(peer) = hb.on_timer(self.now, timer, &StartupGrace::none(), out) {
                 self.suspect(peer, out);
                 return;
             }

@@ -63,6 +63,7 @@ pub use repair::ACK_ROUNDS;
 use repair::VIA_TRIES;
 
 use super::heartbeat::{Beat, Heartbeat, HeartbeatConfig, BEAT_TIMER, WATCH_TIMER};
+use super::startup::StartupGrace;
 use super::views::{Installed, SharedViews};
 use super::{Event, Outbox, Protocol, Time, TimerId};
 use crate::id::IdMap;
@@ -558,6 +559,11 @@ pub struct Membership {
     /// suspects (a suspect leaves the ring before the view excludes it) and whether this
     /// process was asking in (a welcome into an installed epoch changes nothing else).
     ring_from: (u64, usize, bool),
+    /// How long after its start a peer never heard from is not suspected by a heartbeat or a
+    /// probe deadline ([`Membership::with_startup_grace`]).
+    startup: Duration,
+    /// That grace, from `on_start` on.
+    grace: StartupGrace,
 }
 
 impl Membership {
@@ -615,6 +621,8 @@ impl Membership {
             stray_next: 0,
             beats: cfg.heartbeat.map(Heartbeat::new),
             ring_from: (u64::MAX, 0, false),
+            startup: Duration::ZERO,
+            grace: StartupGrace::none(),
         };
         m.nb = m.neighbors_in_state();
         m.state.root = m.nb.root;
@@ -658,6 +666,15 @@ impl Membership {
             j.asking = Asking::Rejoin;
         }
         m
+    }
+
+    /// Start-up is not a failure ([`super::startup`]): for `grace` from its start, this
+    /// process suspects no peer it has never heard from when a heartbeat or a probe deadline
+    /// passes. Give it the launcher's start-up timeout (`--startup-timeout-ms`): processes
+    /// started seconds apart then form one view instead of excluding those that came later.
+    pub fn with_startup_grace(mut self, grace: Duration) -> Self {
+        self.startup = grace;
+        self
     }
 
     /// The installed view.
@@ -1387,7 +1404,8 @@ impl Membership {
         out.set_timer(PROBE_TIMER, period);
     }
 
-    /// Probes past their deadline: suspect those peers.
+    /// Probes past their deadline: suspect those peers (one never heard from within the
+    /// start-up grace is probed again next round instead).
     fn expire<M: From<MemberMsg>>(&mut self, now: Time, out: &mut Outbox<M>) {
         let late: Vec<NodeId> = self
             .outstanding
@@ -1396,7 +1414,11 @@ impl Membership {
             .map(|(&p, _)| p)
             .collect();
         for p in late {
-            self.suspect(p, out);
+            if self.grace.spares(now, p).is_some() {
+                self.outstanding.remove(&p);
+            } else {
+                self.suspect(p, out);
+            }
         }
         if let Some(next) = self.outstanding.values().map(|&(_, d)| d).min() {
             out.set_timer(TIMEOUT_TIMER, next.since(now));
@@ -1449,6 +1471,7 @@ impl Protocol for Membership {
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<MemberMsg>) {
         self.now = now;
+        self.grace = StartupGrace::new(now, self.startup);
         if self.joining.is_some() {
             self.ask(out);
             return;
@@ -1474,6 +1497,7 @@ impl Protocol for Membership {
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: MemberMsg, out: &mut Outbox<MemberMsg>) {
         self.now = now;
+        self.grace.heard(now, from);
         if let Some(hb) = self.beats.as_mut() {
             // Any message proves its sender alive, as a heartbeat would.
             hb.heard(now, from);
@@ -1499,7 +1523,7 @@ impl Protocol for Membership {
             let hung = self
                 .beats
                 .as_mut()
-                .and_then(|hb| hb.on_timer(now, timer, out));
+                .and_then(|hb| hb.on_timer(now, timer, &self.grace, out));
             if let Some(p) = hung {
                 // A missed deadline takes the path of a lost connection, reported as by a
                 // tree neighbor: nobody else can see a hung process.
