@@ -364,11 +364,14 @@ fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
-/// Every file of `dir` with its bytes.
+/// Every file of `dir` with its bytes (subdirectories by name, empty).
 fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     pieces(dir)
         .into_iter()
         .map(|f| {
+            if f.is_dir() {
+                return (f, Vec::new());
+            }
             let b = std::fs::read(&f).unwrap();
             (f, b)
         })
@@ -376,7 +379,8 @@ fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 /// `disperse` into a directory that holds pieces refuses and changes nothing; with
-/// --replace, the old pieces are gone and only the new file's remain (other files stay).
+/// --replace, the earlier dispersal of the same file is replaced, and only it: the pieces of
+/// another file are never replaced (a name they hold refuses the dispersal).
 #[test]
 fn disperse_never_leaves_a_mix() {
     let dir = scratch("mix");
@@ -387,20 +391,32 @@ fn disperse_never_leaves_a_mix() {
     std::fs::copy(p.join("piece-005"), p.join("renamed")).unwrap();
     std::fs::write(p.join("notes.txt"), "mine").unwrap();
     let before = contents(&p);
-    let file = dir.join("b.bin");
-    std::fs::write(&file, &b).unwrap();
-    let args = [
-        "ida",
-        "disperse",
-        s(&file),
-        "-n",
-        "4",
-        "-m",
-        "2",
-        "-o",
-        s(&p),
-    ];
-    let o = weft(&args);
+    let args = |file: &Path| {
+        [
+            "ida",
+            "disperse",
+            s(file),
+            "-n",
+            "4",
+            "-m",
+            "2",
+            "-o",
+            s(&p),
+        ]
+        .map(String::from)
+    };
+    let run = |file: &Path, extra: &[&str]| {
+        let a = args(file);
+        let all: Vec<&str> = a
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
+        weft(&all)
+    };
+    let file_b = dir.join("b.bin");
+    std::fs::write(&file_b, &b).unwrap();
+    let o = run(&file_b, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
@@ -408,7 +424,15 @@ fn disperse_never_leaves_a_mix() {
         "{err}"
     );
     assert_eq!(before, contents(&p));
-    let o = weft(&[&args[..], &["--replace"]].concat());
+    // --replace with another file: its names are a's pieces', which it may not replace.
+    let o = run(&file_b, &["--replace"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("pieces of another file"), "{err}");
+    assert_eq!(before, contents(&p));
+    // --replace with a again: every earlier piece of a goes (the copy too), notes stay.
+    let file_a = dir.join("a.bin");
+    let o = run(&file_a, &["--replace"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let names: Vec<String> = pieces(&p)
         .iter()
@@ -427,7 +451,132 @@ fn disperse_never_leaves_a_mix() {
     let out = dir.join("out.bin");
     let o = weft(&["ida", "reconstruct", s(&p), "-o", s(&out)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(std::fs::read(&out).unwrap(), b);
+    assert_eq!(std::fs::read(&out).unwrap(), a);
+}
+
+/// A `--replace` that fails half-way (a new piece's name is a directory, so its rename
+/// fails after others succeeded) keeps the earlier dispersal whole: it still rebuilds, and
+/// no new piece is left beside it. Before, every old piece was unlinked first and the new
+/// ones not yet renamed were removed: neither file could be rebuilt.
+#[test]
+fn a_failed_replace_keeps_the_earlier_dispersal() {
+    let dir = scratch("failed-replace");
+    let f = bytes_of(20_000, 8);
+    let pe = dir.join("pe");
+    disperse(&dir, "f.bin", &f, (4, 3), "rabin", &pe);
+    std::fs::create_dir(pe.join("piece-004")).unwrap();
+    let before = contents(&pe);
+    // The same file with more pieces: piece-000..003 are replaced, piece-004 cannot be.
+    let file = dir.join("f.bin");
+    let o = weft(&[
+        "ida",
+        "disperse",
+        s(&file),
+        "-n",
+        "6",
+        "-m",
+        "5",
+        "-o",
+        s(&pe),
+        "--replace",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("piece-004"), "{err}");
+    assert_eq!(before, contents(&pe), "the earlier dispersal as it was");
+    let hidden: Vec<_> = std::fs::read_dir(&pe)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "left behind: {hidden:?}");
+    let out = dir.join("out.bin");
+    let o = weft(&["ida", "reconstruct", s(&pe), "-o", s(&out)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), f);
+    // A different file's dispersal over it is refused before anything is renamed.
+    let g = bytes_of(9_000, 9);
+    let file_g = dir.join("g.bin");
+    std::fs::write(&file_g, &g).unwrap();
+    let o = weft(&[
+        "ida",
+        "disperse",
+        s(&file_g),
+        "-n",
+        "6",
+        "-m",
+        "5",
+        "-o",
+        s(&pe),
+        "--replace",
+    ]);
+    assert!(!o.status.success());
+    assert_eq!(before, contents(&pe));
+}
+
+/// `--replace` replaces the earlier dispersal of the same file only: a directory that also
+/// holds a complete dispersal of another file under other names keeps it, and both files
+/// rebuild by `--file-sha`.
+#[test]
+fn replace_keeps_the_pieces_of_other_files() {
+    let dir = scratch("replace-others");
+    let (f, g) = (bytes_of(12_000, 10), bytes_of(8_000, 11));
+    let pm = dir.join("pm");
+    let gdir = dir.join("g-pieces");
+    disperse(&dir, "g.bin", &g, (3, 2), "rabin", &gdir);
+    std::fs::create_dir(&pm).unwrap();
+    for (i, piece) in pieces(&gdir).iter().enumerate() {
+        std::fs::copy(piece, pm.join(format!("g-{i}.ida"))).unwrap();
+    }
+    let file_f = dir.join("f.bin");
+    std::fs::write(&file_f, &f).unwrap();
+    for _ in 0..2 {
+        let o = weft(&[
+            "ida",
+            "disperse",
+            s(&file_f),
+            "-n",
+            "4",
+            "-m",
+            "2",
+            "-o",
+            s(&pm),
+            "--replace",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(pieces(&pm).len(), 3 + 4);
+    for (data, name) in [(&f, "f"), (&g, "g")] {
+        let out = dir.join(format!("{name}.out"));
+        let sha = sha256_hex(data);
+        let o = weft(&[
+            "ida",
+            "reconstruct",
+            s(&pm),
+            "--file-sha",
+            &sha[..12],
+            "-o",
+            s(&out),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(&std::fs::read(&out).unwrap(), data);
+    }
+}
+
+/// A rebuild whose output is one of the pieces it reads is refused, and the piece stays.
+#[test]
+fn a_rebuild_never_overwrites_a_piece_it_reads() {
+    let dir = scratch("out-is-input");
+    let f = bytes_of(5_000, 12);
+    let p = dir.join("p");
+    disperse(&dir, "f.bin", &f, (4, 2), "rabin", &p);
+    let before = contents(&p);
+    let target = p.join("piece-000");
+    let o = weft(&["ida", "reconstruct", s(&p), "-o", s(&target)]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("one of the files the rebuild reads"), "{err}");
+    assert_eq!(before, contents(&p));
 }
 
 /// Run `weft args`; its exit status and its peak resident memory (KiB), from `wait4`.

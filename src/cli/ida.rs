@@ -37,7 +37,8 @@ pub struct DisperseArgs {
     /// Directory for the pieces (created if missing; refused if it holds pieces already).
     #[arg(short, long)]
     out: PathBuf,
-    /// Remove the pieces the directory already holds, once the new ones are written.
+    /// Replace an earlier dispersal of the same file in the directory: its pieces go once
+    /// the new ones are written and on disk. Pieces of other files stay.
     #[arg(long)]
     replace: bool,
 }

@@ -65,9 +65,13 @@ pub enum DirError {
         /// Pieces per subset.
         m: usize,
     },
+    /// The output of a rebuild is one of the files it reads.
+    #[error("{}: the output is one of the files the rebuild reads; write it elsewhere", .0.display())]
+    OutputIsInput(PathBuf),
     /// `disperse` into a directory that already holds pieces.
     #[error(
-        "{} already holds {} piece file(s) ({}); choose an empty directory or replace them",
+        "{} already holds {} piece file(s) ({}); choose an empty directory, or replace an \
+         earlier dispersal of the same file (pieces of other files stay)",
         dir.display(),
         paths.len(),
         list(paths)
@@ -76,6 +80,21 @@ pub enum DirError {
         /// The directory.
         dir: PathBuf,
         /// The pieces found there.
+        paths: Vec<PathBuf>,
+    },
+    /// The new pieces' names are held by pieces of another file, which a dispersal never
+    /// replaces.
+    #[error(
+        "{}: {} ({}) hold(s) pieces of another file under the names the new pieces take; \
+         disperse into another directory, or move them",
+        dir.display(),
+        paths.len(),
+        list(paths)
+    )]
+    NamesTaken {
+        /// The directory.
+        dir: PathBuf,
+        /// The files whose names are taken.
         paths: Vec<PathBuf>,
     },
 }
@@ -216,6 +235,25 @@ fn check(path: &Path, len: u64) -> std::io::Result<Result<Found, IdaError>> {
     }))
 }
 
+impl Scan {
+    /// `out` may not be a file the scan read (a piece, or anything else in the directory):
+    /// the rebuilt file would take its place.
+    fn refuse_an_input_as(&self, out: &Path) -> Result<(), DirError> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(o) = std::fs::metadata(out) else {
+            return Ok(()); // nothing there yet
+        };
+        let inputs = self.pieces.iter().map(|f| &f.path);
+        let read = inputs.chain(self.skipped.iter().map(|s| &s.path));
+        for path in read {
+            if std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (o.dev(), o.ino())) {
+                return Err(DirError::OutputIsInput(out.to_path_buf()));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A dispersal's parameters as pieces carry them: n, m, mode byte.
 type Params = (u8, u8, u8);
 
@@ -283,6 +321,7 @@ impl Scan {
         if self.pieces.is_empty() {
             return Err(DirError::NoPieces(self.dir.clone()));
         }
+        self.refuse_an_input_as(out)?;
         let mut files: Vec<FileGroup> = Vec::new();
         for f in &self.pieces {
             let h = &f.header;
@@ -516,30 +555,42 @@ fn each_subset<'a>(cands: &[&'a Found], m: usize, visit: &mut dyn FnMut(&[&'a Fo
 }
 
 /// New pieces being written into a directory: under hidden names until [`Staging::commit`]
-/// renames them (and removes the pieces they replace), removed if dropped before.
+/// renames them (and removes the earlier dispersal of the same file), removed if dropped
+/// before.
+///
+/// Nothing of an earlier dispersal goes before every new piece is in place and on disk: a
+/// commit that fails half-way, or a crash, leaves the earlier pieces readable (under their
+/// names, or a hidden `.NAME.replaced` where a new piece took the name), beside the new ones.
 pub struct Staging {
     dir: PathBuf,
-    old: Vec<PathBuf>,
     staged: Vec<(PathBuf, PathBuf)>,
     committed: bool,
 }
 
+/// A piece file already in the directory, by what its header says.
+struct Existing {
+    path: PathBuf,
+    /// The SHA-256 of the file it is a piece of (`None`: no readable header).
+    sha: Option<[u8; 32]>,
+}
+
 impl Staging {
     /// Stage pieces in `dir` (created if missing). A directory that already holds pieces
-    /// (files named `piece-*` or starting with the piece magic) is refused unless `replace`,
-    /// and then those go at the commit.
+    /// (files named `piece-*` or starting with the piece magic) is refused unless `replace`:
+    /// then the commit replaces the earlier pieces of the same file, and only those.
     pub fn new(dir: &Path, replace: bool) -> Result<Self, DirError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let old = existing_pieces(dir)?;
-        if !old.is_empty() && !replace {
-            return Err(DirError::HoldsPieces {
-                dir: dir.to_path_buf(),
-                paths: old,
-            });
+        if !replace {
+            let old = existing_pieces(dir)?;
+            if !old.is_empty() {
+                return Err(DirError::HoldsPieces {
+                    dir: dir.to_path_buf(),
+                    paths: old,
+                });
+            }
         }
         Ok(Self {
             dir: dir.to_path_buf(),
-            old,
             staged: Vec::new(),
             committed: false,
         })
@@ -560,17 +611,102 @@ impl Staging {
         Ok((tmp, f))
     }
 
-    /// Remove the pieces replaced and give the new ones their names; their paths.
-    pub fn commit(mut self) -> Result<Vec<PathBuf>, DirError> {
-        for path in &self.old {
-            std::fs::remove_file(path).map_err(io(path))?;
+    /// Put the new pieces of the file whose SHA-256 is `sha` in place and remove the earlier
+    /// pieces of the same file; the new pieces' paths. In order: the new pieces are synced;
+    /// a piece name held by another file's piece refuses the commit; a name held by an
+    /// earlier piece of this file (or by a file that is no piece) is kept under a hidden
+    /// name; the new pieces take their names and the directory is synced; only then do the
+    /// earlier pieces go. A failed rename puts back what the commit had renamed.
+    pub fn commit(mut self, sha: &[u8; 32]) -> Result<Vec<PathBuf>, DirError> {
+        for (tmp, _) in &self.staged {
+            File::open(tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io(tmp))?;
         }
-        for (tmp, path) in &self.staged {
-            std::fs::rename(tmp, path).map_err(io(path))?;
+        let staged: Vec<&PathBuf> = self.staged.iter().map(|(tmp, _)| tmp).collect();
+        let existing = existing_pieces(&self.dir)?
+            .into_iter()
+            .filter(|path| !staged.contains(&path))
+            .map(|path| {
+                let sha = read_piece_sha(&path);
+                Existing { path, sha }
+            })
+            .collect::<Vec<_>>();
+        let taken: Vec<PathBuf> = self
+            .staged
+            .iter()
+            .filter_map(|(_, fin)| existing.iter().find(|e| &e.path == fin))
+            .filter(|e| e.sha.is_some_and(|s| &s != sha))
+            .map(|e| e.path.clone())
+            .collect();
+        if !taken.is_empty() {
+            return Err(DirError::NamesTaken {
+                dir: self.dir.clone(),
+                paths: taken,
+            });
+        }
+        // Keep whatever a new piece's name holds until the new dispersal is whole.
+        let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (_, fin) in &self.staged {
+            // (Not a directory: the rename below fails on it, and is undone.)
+            if std::fs::symlink_metadata(fin).is_ok_and(|m| m.is_file()) {
+                let backup = self.dir.join(format!(".{}.replaced", name_of(fin)));
+                let _ = std::fs::remove_file(&backup);
+                std::fs::hard_link(fin, &backup).map_err(io(fin))?;
+                kept.push((backup, fin.clone()));
+            }
+        }
+        let mut renamed: Vec<&PathBuf> = Vec::new();
+        for (tmp, fin) in &self.staged {
+            if let Err(err) = std::fs::rename(tmp, fin) {
+                // Put back what was there: the earlier dispersal stays as it was.
+                for fin in renamed {
+                    match kept.iter().find(|(_, f)| f == fin) {
+                        Some((backup, _)) => {
+                            let _ = std::fs::rename(backup, fin);
+                        }
+                        None => {
+                            let _ = std::fs::remove_file(fin);
+                        }
+                    }
+                }
+                for (backup, _) in &kept {
+                    let _ = std::fs::remove_file(backup);
+                }
+                return Err(DirError::Io {
+                    path: fin.clone(),
+                    err,
+                });
+            }
+            renamed.push(fin);
         }
         self.committed = true;
+        sync_dir(&self.dir)?;
+        // The new dispersal is whole and on disk: the earlier one of this file may go.
+        let finals: Vec<&PathBuf> = self.staged.iter().map(|(_, f)| f).collect();
+        let earlier = existing
+            .iter()
+            .filter(|e| e.sha.as_ref() == Some(sha) && !finals.contains(&&e.path))
+            .map(|e| &e.path);
+        for path in earlier.chain(kept.iter().map(|(b, _)| b)) {
+            std::fs::remove_file(path).map_err(io(path))?;
+        }
+        sync_dir(&self.dir)?;
         Ok(self.staged.iter().map(|(_, p)| p.clone()).collect())
     }
+}
+
+/// The SHA-256 of the file that `path` holds a piece of, if its header reads.
+fn read_piece_sha(path: &Path) -> Option<[u8; 32]> {
+    let f = File::open(path).ok()?;
+    let mut head = vec![0u8; BODY_AT];
+    let got = f.read_at(&mut head, 0).ok()?;
+    read_header(&head[..got]).ok().map(|(h, _)| h.file_sha256)
+}
+
+/// Make a directory's entries (renames, removals) durable.
+fn sync_dir(dir: &Path) -> Result<(), DirError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
 impl Drop for Staging {
@@ -583,15 +719,18 @@ impl Drop for Staging {
     }
 }
 
-/// Write `pieces` into `dir` as `piece-000`, `piece-001`, … ([`Staging`]: a failed write
-/// leaves the directory as it was).
+/// Write `pieces` (one file's) into `dir` as `piece-000`, `piece-001`, … ([`Staging`]: a
+/// failed write leaves the directory as it was).
 pub fn write_pieces(dir: &Path, pieces: &[Piece], replace: bool) -> Result<Vec<PathBuf>, DirError> {
+    let Some(first) = pieces.first() else {
+        return Ok(Vec::new());
+    };
     let mut staging = Staging::new(dir, replace)?;
     for p in pieces {
         let (tmp, f) = staging.create(p.header.index)?;
         f.write_all_at(&p.to_bytes(), 0).map_err(io(&tmp))?;
     }
-    staging.commit()
+    staging.commit(&first.header.file_sha256)
 }
 
 /// Disperse the file at `input` with `d` into `dir` as `piece-000`, … in bounded memory
@@ -614,7 +753,8 @@ pub fn disperse_into(
         },
     })?;
     drop(files);
-    Ok((done, staging.commit()?))
+    let paths = staging.commit(&done.sha256)?;
+    Ok((done, paths))
 }
 
 /// A rebuilt file's hidden name beside where it goes, removed unless it is committed.
