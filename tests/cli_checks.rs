@@ -375,3 +375,106 @@ fn the_floor_times_the_survivors_tree() {
     // A wave over 5 processes: 4 edges down and 4 acks up.
     assert_eq!(floor["messages"], 8, "{floor}");
 }
+
+/// Sizes past what weft runs are refused before anything is sized by them (a job of 2^32 - 1
+/// once aborted on a 32 GiB allocation), a short peer list is named before the member list
+/// is made, and errors name the variable and show big numbers as numbers.
+#[test]
+fn huge_job_sizes_and_odd_values_are_refused_by_name() {
+    let key = ("WEFT_JOB_KEY", "ab".repeat(32));
+    let env = |extra: &[(&'static str, &'static str)]| {
+        let mut v: Vec<(&str, &str)> = vec![(key.0, key.1.as_str())];
+        v.extend_from_slice(extra);
+        v
+    };
+    type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>, &'a str);
+    let cases: [Case; 7] = [
+        (
+            env(&[]),
+            vec![
+                "node",
+                "--id",
+                "0",
+                "--nodes",
+                "4294967295",
+                "--peers",
+                "1=127.0.0.1:1",
+            ],
+            "--nodes 4294967295: at most 1048576",
+        ),
+        (
+            env(&[]),
+            vec![
+                "node",
+                "--id",
+                "0",
+                "--nodes",
+                "1000",
+                "--peers",
+                "1=127.0.0.1:1",
+            ],
+            "needs all 999 others",
+        ),
+        (
+            env(&[("WEFT_RANK", "0"), ("WEFT_SIZE", "4294967295")]),
+            vec!["node", "--bootstrap", "env"],
+            "WEFT_SIZE: 4294967295 is above the largest job",
+        ),
+        (
+            env(&[("WEFT_RANK", "0"), ("WEFT_SIZE", "99999999999")]),
+            vec!["node", "--bootstrap", "env"],
+            "WEFT_SIZE: 99999999999 is above the largest job",
+        ),
+        (
+            env(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "4294967295"),
+                ("SLURM_JOB_ID", "3"),
+            ]),
+            vec!["node", "--bootstrap", "slurm"],
+            "SLURM_NTASKS: 4294967295 is above",
+        ),
+        (
+            env(&[]),
+            vec![
+                "node",
+                "--id",
+                "0",
+                "--nodes",
+                "2",
+                "--peers",
+                "1=127.0.0.1:1",
+                "--suspect-after",
+                "1e308",
+            ],
+            "suspect after 1e308 periods",
+        ),
+        (
+            vec![("WEFT_JOB_KEY", "xyz")],
+            vec![
+                "node",
+                "--id",
+                "0",
+                "--nodes",
+                "2",
+                "--peers",
+                "1=127.0.0.1:1",
+            ],
+            "WEFT_JOB_KEY: expected 64 hex digits",
+        ),
+    ];
+    for (env, args, what) in cases {
+        let started = Instant::now();
+        let out = common::weft_env(&env, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(what),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && err.len() < 1000,
+            "{args:?}: {err}"
+        );
+        assert!(started.elapsed().as_secs() < 10, "{args:?}: slow to refuse");
+    }
+}

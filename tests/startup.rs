@@ -210,3 +210,38 @@ fn heartbeats_do_not_exclude_processes_that_have_not_started_yet() {
         let _ = c.wait();
     }
 }
+
+/// `--log` appends: a node restarted (as with `--recover`) with the README's
+/// `--log /tmp/weft-{rank}.jsonl` keeps the earlier run's events instead of erasing them.
+#[test]
+fn a_restarted_node_appends_to_its_log() {
+    let key = JobKey::generate().unwrap();
+    let ports = free_ports(2);
+    let dir = std::env::temp_dir().join(format!("weft-log-append-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("weft-{rank}.jsonl");
+    let log = dir.join("weft-0.jsonl");
+    let started = |log: &std::path::Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"started\""))
+            .count()
+    };
+    for run in 1..=2 {
+        let (mut child, _rx) = start(0, &ports, &key, &["--log", pattern.to_str().unwrap()]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while started(&log) < run && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            started(&log),
+            run,
+            "run {run}: {:?}",
+            std::fs::read_to_string(&log)
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -64,11 +64,26 @@ pub fn user_secret(env: &dyn Env) -> Result<Vec<u8>, BootstrapError> {
         why,
     };
     let path = secret_path(env).ok_or_else(|| bad("not set, and no HOME".into()))?;
+    // As ssh does with a private key: a secret others can read is no secret, and every job
+    // key derived from it could be forged.
+    let private = |p: &std::path::Path| -> Result<(), BootstrapError> {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::metadata(p) {
+            Ok(m) if m.permissions().mode() & 0o077 != 0 => Err(bad(format!(
+                "{}: readable by others (mode {:04o}); chmod 600 {} or remove it",
+                p.display(),
+                m.permissions().mode() & 0o7777,
+                p.display()
+            ))),
+            _ => Ok(()),
+        }
+    };
     let read = |p: &std::path::Path| -> Option<Vec<u8>> {
         let s = std::fs::read(p).ok()?;
         (s.len() >= 32 && s.len() <= 1024).then_some(s)
     };
     if let Some(s) = read(&path) {
+        private(&path)?;
         return Ok(s);
     }
     let dir = path
@@ -89,6 +104,7 @@ pub fn user_secret(env: &dyn Env) -> Result<Vec<u8>, BootstrapError> {
     }
     let _ = std::fs::hard_link(&tmp, &path);
     let _ = std::fs::remove_file(&tmp);
+    private(&path)?;
     read(&path).ok_or_else(|| {
         bad(format!(
             "{}: not a secret (32 to 1024 bytes)",
@@ -143,10 +159,80 @@ pub fn advertised(
             .map(|a| a.ip())
             .find(|ip| ip.is_ipv4() && !ip.is_loopback())
     };
+    // A host with no interface but loopback reaches no other host: loopback is then right.
+    // Whether a loopback address was advertised to a job that spans hosts is checked once
+    // the addresses are traded (`check_loopback`).
     let ip = routed
         .or_else(named)
+        .or_else(interface_ipv4)
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     Ok(SocketAddr::new(ip, port))
+}
+
+/// The first IPv4 address of an interface that is up and not loopback.
+fn interface_ipv4() -> Option<IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list it allocates, freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*at };
+        at = ifa.ifa_next;
+        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0;
+        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
+        if ifa.ifa_addr.is_null() || !up || lo {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))));
+            break;
+        }
+    }
+    // SAFETY: the list came from getifaddrs and is not used after this.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// This process's host as far as a loopback address reaches: the boot and the network
+/// namespace (processes in two namespaces of one machine do not share a loopback).
+pub fn loopback_scope() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!("{}/{netns}", boot.trim())
+}
+
+/// A loopback address reaches only processes of the same [`loopback_scope`]: `scopes` are the
+/// ranks' scopes in rank order, `peers` their addresses. An error naming the first rank that
+/// advertised loopback to a rank of another scope, and `WEFT_ADVERTISE`.
+fn check_loopback(peers: &PeerList, scopes: &[String]) -> Result<(), BootstrapError> {
+    let first = scopes.first();
+    if scopes.iter().all(|s| Some(s) == first) {
+        return Ok(());
+    }
+    for (r, _) in scopes.iter().enumerate() {
+        if let Some(a) = peers.get(NodeId(r as u64)).filter(|a| a.ip().is_loopback()) {
+            return Err(BootstrapError::Launcher {
+                variable: "WEFT_ADVERTISE".into(),
+                why: format!(
+                    "rank {r} advertises {a}, a loopback address, to a job whose ranks are on \
+                     several hosts (or network namespaces); give each rank a reachable \
+                     address in WEFT_ADVERTISE"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Trade addresses with the rest of the job: `mine` is where this process listens (already
@@ -165,7 +251,8 @@ pub fn exchange(
     let (key, peers, extra) = match launch.exchange.clone() {
         Exchange::Pmi { fd } => {
             let stream = pmi_stream(fd, deadline)?;
-            let mut p = pmi::Pmi::init(stream)?;
+            let within = deadline.saturating_duration_since(Instant::now());
+            let mut p = pmi::Pmi::init(stream, within)?;
             launch.job = format!("pmi-{}", p.kvsname());
             let mut key = match key {
                 Some(k) => Some(k),
@@ -177,6 +264,9 @@ pub fn exchange(
                 key = Some(k);
             }
             p.put(&format!("weft-addr-{}", launch.rank), &mine.to_string())?;
+            if mine.ip().is_loopback() {
+                p.put(&format!("weft-lo-{}", launch.rank), &loopback_scope())?;
+            }
             if let (0, Some(e)) = (launch.rank, extra) {
                 p.put("weft-extra", e)?;
             }
@@ -194,8 +284,23 @@ pub fn exchange(
                 Some(_) => Some(p.get("weft-extra")?),
                 None => None,
             };
-            p.finalize()?;
             let peers = PeerList::parse(&line.join(","), "the PMI key-value space")?;
+            if peers.iter().any(|(_, a)| a.ip().is_loopback()) {
+                // Every rank's scope: a rank that advertised an address that is not loopback
+                // has none, and one of its own is looked at instead (an empty one differs).
+                let mut scopes = Vec::new();
+                for r in 0..launch.size {
+                    let id = NodeId(u64::from(r));
+                    let lo = peers.get(id).is_some_and(|a| a.ip().is_loopback());
+                    scopes.push(if lo {
+                        p.get(&format!("weft-lo-{r}"))?
+                    } else {
+                        format!("not loopback: rank {r}")
+                    });
+                }
+                check_loopback(&peers, &scopes)?;
+            }
+            p.finalize()?;
             (key, peers, extra)
         }
         Exchange::Rendezvous { host, port } => {
@@ -292,6 +397,49 @@ mod tests {
             JobKey::derive(&got[0], "a").to_hex(),
             JobKey::derive(&got[0], "b").to_hex()
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two ranks in two network namespaces, each advertising 127.0.0.1 into one key-value
+    /// space, each reached only itself and formed a view of one: a loopback address traded
+    /// between scopes is refused, naming the rank and WEFT_ADVERTISE.
+    #[test]
+    fn loopback_addresses_are_refused_across_hosts_and_kept_on_one() {
+        let peers = PeerList::parse("0=127.0.0.1:7000,1=127.0.0.1:7001", "test").unwrap();
+        let one = vec!["boot/net:[1]".to_string(); 2];
+        assert!(check_loopback(&peers, &one).is_ok());
+        let two = vec!["boot/net:[1]".to_string(), "boot/net:[2]".to_string()];
+        let err = check_loopback(&peers, &two).unwrap_err().to_string();
+        assert!(
+            err.contains("WEFT_ADVERTISE") && err.contains("rank 0"),
+            "{err}"
+        );
+        // An address that is not loopback, beside one that is, is a job on several hosts.
+        let mixed = PeerList::parse("0=10.0.0.1:7000,1=127.0.0.1:7001", "test").unwrap();
+        let scopes = vec![
+            "not loopback: rank 0".to_string(),
+            "boot/net:[1]".to_string(),
+        ];
+        let err = check_loopback(&mixed, &scopes).unwrap_err().to_string();
+        assert!(err.contains("rank 1 advertises 127.0.0.1:7001"), "{err}");
+        assert!(!loopback_scope().is_empty());
+    }
+
+    /// A secret file others can read is refused, naming the file and its mode.
+    #[test]
+    fn a_secret_readable_by_others_is_refused() {
+        let dir = std::env::temp_dir().join(format!("weft-secret-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, [7u8; 64]).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let env: HashMap<String, String> =
+            HashMap::from([("WEFT_SECRET_FILE".into(), path.display().to_string())]);
+        let err = user_secret(&env).unwrap_err().to_string();
+        assert!(err.contains("readable by others (mode 0644)"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(user_secret(&env).unwrap(), vec![7u8; 64]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

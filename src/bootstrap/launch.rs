@@ -138,12 +138,24 @@ fn bad(variable: &str, why: impl Into<String>) -> BootstrapError {
     }
 }
 
-/// A required number.
+/// A required number (a rank or a size: at most [`super::MAX_JOB`]).
 fn number(env: &dyn Env, name: &str) -> Result<u32, BootstrapError> {
     let v = env.var(name).ok_or_else(|| bad(name, "not set"))?;
-    v.trim()
-        .parse()
-        .map_err(|_| bad(name, format!("{v:?} is not a number")))
+    let shown: String = v.chars().take(24).collect();
+    let n: u64 = v.trim().parse().map_err(|_| {
+        let more = if v.chars().count() > 24 { "…" } else { "" };
+        bad(name, format!("{shown:?}{more} is not a number"))
+    })?;
+    if n > u64::from(super::MAX_JOB) {
+        return Err(bad(
+            name,
+            format!(
+                "{n} is above the largest job weft runs ({})",
+                super::MAX_JOB
+            ),
+        ));
+    }
+    Ok(n as u32)
 }
 
 /// An optional number (set but malformed is an error).

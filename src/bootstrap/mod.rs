@@ -21,6 +21,11 @@ pub mod rendezvous;
 pub mod stdio;
 
 pub use exchange::{exchange, Joined};
+
+/// The most processes a job launched on real nodes may have: every size a launcher, a
+/// variable or `--nodes` gives is checked against it before anything is sized by it (a
+/// size of 2^32 - 1 once asked for a 32 GiB allocation and aborted).
+pub const MAX_JOB: u32 = 1 << 20;
 pub use launch::{detect, Launch, Launcher, ProcessEnv, Want};
 pub use peers::PeerList;
 

@@ -13,14 +13,30 @@ use std::net::SocketAddr;
 pub struct PeerList(HashMap<NodeId, SocketAddr>);
 
 impl PeerList {
+    /// `id`'s address.
+    pub fn get(&self, id: NodeId) -> Option<SocketAddr> {
+        self.0.get(&id).copied()
+    }
+
+    /// Every entry, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, SocketAddr)> + '_ {
+        self.0.iter().map(|(&id, &a)| (id, a))
+    }
+
     /// Parse `ID=ADDR,...` (ids as `3` or `n3`; blank entries are skipped). `source_name` says
     /// where the list came from, for errors.
     pub fn parse(s: &str, source_name: &str) -> Result<Self, BootstrapError> {
         let mut peers: HashMap<NodeId, SocketAddr> = HashMap::new();
         for entry in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            // A long entry is shown by its start: an error does not repeat megabytes.
             let bad = |why: &str| BootstrapError::BadEntry {
                 source_name: source_name.into(),
-                entry: entry.into(),
+                entry: if entry.chars().count() > 64 {
+                    let head: String = entry.chars().take(64).collect();
+                    format!("{head}… ({} bytes)", entry.len())
+                } else {
+                    entry.into()
+                },
                 why: why.into(),
             };
             let (id, addr) = entry

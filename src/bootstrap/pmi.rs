@@ -20,7 +20,7 @@
 
 use super::BootstrapError;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 
 /// One reply: its words as `key → value`.
 pub type Reply = HashMap<String, String>;
@@ -61,15 +61,19 @@ pub struct Pmi<S: std::io::Read + Write> {
     kvsname: String,
     /// Longest value the process manager takes.
     pub vallen_max: usize,
+    /// The read timeout the caller set on the stream, for the error when it runs out.
+    within: std::time::Duration,
 }
 
 impl<S: std::io::Read + Write> Pmi<S> {
-    /// `init`, `get_maxes` and `get_my_kvsname` over `stream`.
-    pub fn init(stream: S) -> Result<Self, BootstrapError> {
+    /// `init`, `get_maxes` and `get_my_kvsname` over `stream`, whose reads time out after
+    /// `within` (a silent process manager is then named as such).
+    pub fn init(stream: S, within: std::time::Duration) -> Result<Self, BootstrapError> {
         let mut p = Self {
             reader: BufReader::new(stream),
             kvsname: String::new(),
             vallen_max: 1024,
+            within,
         };
         p.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
@@ -104,6 +108,12 @@ impl<S: std::io::Read + Write> Pmi<S> {
         match self.reader.read_line(&mut line) {
             Ok(0) => return Err(pmi_err(format!("{command:?}: the process manager hung up"))),
             Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(pmi_err(format!(
+                    "{command:?}: the process manager did not answer within {} ms",
+                    self.within.as_millis()
+                )))
+            }
             Err(e) => return Err(pmi_err(format!("{command:?}: {e}"))),
         }
         let reply = parse_reply(line.trim_end())?;
@@ -179,6 +189,20 @@ mod tests {
         assert!(check_word("value", "a=b", false).is_ok());
         assert!(check_word("value", "", false).is_err());
         assert!(check_word("value", "x\ny", false).is_err());
+    }
+
+    /// A process manager that takes the command and never answers: the read timeout is named
+    /// as its silence, with its length, not as "Resource temporarily unavailable".
+    #[test]
+    fn a_silent_process_manager_is_named_with_the_wait() {
+        let (ours, _theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let within = std::time::Duration::from_millis(50);
+        ours.set_read_timeout(Some(within)).unwrap();
+        let err = Pmi::init(ours, within).err().unwrap().to_string();
+        assert!(
+            err.contains("did not answer within 50 ms") && err.contains("PMI_FD"),
+            "{err}"
+        );
     }
 
     proptest! {

@@ -18,13 +18,26 @@ pub fn announce(out: &mut impl Write, addr: SocketAddr) -> std::io::Result<()> {
 }
 
 /// Node side: read the job's peer list, one line.
+/// The longest peer-list line read from stdin: [`super::MAX_JOB`] entries of
+/// `ID=[IPv6]:PORT,` fit (64 bytes each); more is not a peer list, and is not read.
+pub const MAX_PEERS_LINE: u64 = 64 * super::MAX_JOB as u64;
+
+/// Node side: read the job's peer list (one line, at most [`MAX_PEERS_LINE`] bytes).
 pub fn read_peers(input: &mut impl BufRead) -> Result<PeerList, BootstrapError> {
-    let mut line = String::new();
-    match input.read_line(&mut line) {
+    let mut line = Vec::new();
+    match std::io::Read::take(&mut *input, MAX_PEERS_LINE + 1).read_until(b'\n', &mut line) {
         Ok(0) => Err(BootstrapError::Exchange(
             "stdin closed before the peer list came".into(),
         )),
-        Ok(_) => PeerList::parse(&line, "the peer list on stdin"),
+        Ok(n) if n as u64 > MAX_PEERS_LINE => Err(BootstrapError::Exchange(format!(
+            "the peer list on stdin is longer than {MAX_PEERS_LINE} bytes: not a peer list"
+        ))),
+        Ok(_) => match std::str::from_utf8(&line) {
+            Ok(text) => PeerList::parse(text, "the peer list on stdin"),
+            Err(_) => Err(BootstrapError::Exchange(
+                "the peer list on stdin is not UTF-8".into(),
+            )),
+        },
         Err(e) => Err(BootstrapError::Exchange(format!("read stdin: {e}"))),
     }
 }
@@ -69,5 +82,17 @@ mod tests {
             read_peers(&mut &b""[..]),
             Err(BootstrapError::Exchange(_))
         ));
+    }
+
+    /// A line without end is read up to the bound and refused; a long bad entry is named by
+    /// its start, not repeated whole.
+    #[test]
+    fn a_huge_peer_list_is_bounded_and_a_huge_entry_is_not_echoed() {
+        let endless = std::io::repeat(b'1');
+        let err = read_peers(&mut std::io::BufReader::new(endless)).unwrap_err();
+        assert!(err.to_string().contains("longer than"), "{err}");
+        let entry = format!("0={}\n", "9".repeat(50_000_000));
+        let err = read_peers(&mut entry.as_bytes()).unwrap_err().to_string();
+        assert!(err.len() < 400 && err.contains("(50000002 bytes)"), "{err}");
     }
 }

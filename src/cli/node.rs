@@ -147,6 +147,11 @@ fn place(a: &NodeArgs) -> anyhow::Result<Place> {
         };
         anyhow::ensure!(nodes >= 1, "--nodes must be at least 1");
         anyhow::ensure!(
+            nodes <= u64::from(weft::bootstrap::MAX_JOB),
+            "--nodes {nodes}: at most {} processes",
+            weft::bootstrap::MAX_JOB
+        );
+        anyhow::ensure!(
             a.join || id < nodes,
             "--id {id} is not in 0..{nodes} (use --join for a new process)"
         );
@@ -154,10 +159,19 @@ fn place(a: &NodeArgs) -> anyhow::Result<Place> {
             given_list || nodes == 1,
             "a job of {nodes} needs its peers' addresses: --peers or --peers-stdin"
         );
-        let members: Vec<NodeId> = (0..nodes).map(NodeId).collect();
         let peers = match &a.peers {
             Some(list) => {
                 let peers = PeerList::parse(list, "--peers")?;
+                // Before a list of `nodes` members is made: a short list says so at once.
+                let listed = peers.len() as u64 + u64::from(peers.get(NodeId(id)).is_none());
+                anyhow::ensure!(
+                    a.join || listed >= nodes,
+                    "--peers names {} process(es) besides --id {id}; a job of --nodes {nodes} \
+                     needs all {} others",
+                    listed - 1,
+                    nodes - 1
+                );
+                let members: Vec<NodeId> = (0..nodes).map(NodeId).collect();
                 peers.check_covers(&members, NodeId(id), "--peers")?;
                 Some(peers)
             }
@@ -272,7 +286,13 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         Some(path) => {
             let path = path.replace("{rank}", &id.to_string());
             Box::new(std::io::LineWriter::new(
-                std::fs::File::create(&path).with_context(|| format!("--log {path}"))?,
+                // Appended: a node restarted with --recover and the same --log keeps the
+                // earlier run's events.
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .with_context(|| format!("--log {path}"))?,
             ))
         }
         None => Box::new(std::io::stdout()),

@@ -88,10 +88,15 @@ impl HeartbeatConfig {
             ));
         }
         if !(self.suspect_after > 1.0 && self.suspect_after <= 1000.0) {
+            // 1e308 shown as such, not as its 309 digits.
+            let shown = if self.suspect_after.abs() >= 1e6 {
+                format!("{:e}", self.suspect_after)
+            } else {
+                self.suspect_after.to_string()
+            };
             return Err(format!(
-                "suspect after {} periods: more than 1 (a heartbeat may come a little late) and \
-                 at most 1000",
-                self.suspect_after
+                "suspect after {shown} periods: more than 1 (a heartbeat may come a little \
+                 late) and at most 1000"
             ));
         }
         Ok(())

@@ -88,7 +88,12 @@ impl JobKey {
     /// `WEFT_JOB_KEY` (64 hex digits), if set.
     pub fn from_env() -> Result<Option<Self>, HandshakeError> {
         match std::env::var("WEFT_JOB_KEY") {
-            Ok(v) => Self::from_hex(&v).map(Some),
+            Ok(v) => Self::from_hex(&v).map(Some).map_err(|e| match e {
+                HandshakeError::BadKey(why) => {
+                    HandshakeError::BadKey(format!("WEFT_JOB_KEY: {why}"))
+                }
+                e => e,
+            }),
             Err(_) => Ok(None),
         }
     }
