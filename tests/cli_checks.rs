@@ -478,3 +478,49 @@ fn huge_job_sizes_and_odd_values_are_refused_by_name() {
         assert!(started.elapsed().as_secs() < 10, "{args:?}: slow to refuse");
     }
 }
+
+/// Defaults scale with the sizes given (they once refused `--nodes 2`, `--nodes 3` and
+/// `--iters 5` by naming flags the user never typed), and a draw of victims that cuts the
+/// survivors apart is refused at once with the parts, instead of a broadcast that waits
+/// 120 s and then says "timed out after 0ns".
+#[test]
+fn small_sizes_run_on_their_defaults_and_a_cut_draw_is_refused() {
+    for args in [
+        &["bench", "route", "--nodes", "2", "--probes", "5", "--json"][..],
+        &["ping", "--iters", "5", "--sizes", "8", "--json"][..],
+        &[
+            "bench",
+            "heartbeat",
+            "--nodes",
+            "3",
+            "--quiet-periods",
+            "3",
+            "--heartbeat-us",
+            "10000",
+            "--json",
+        ][..],
+    ] {
+        let out = weft(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    refused(
+        &[
+            "bench", "route", "--nodes", "6", "--fail", "4", "--seed", "3",
+        ],
+        "parts the BMG's live fingers do not connect ([2], [5])",
+    );
+    refused(
+        &[
+            "bench", "route", "--nodes", "16", "--fail", "14", "--seed", "1",
+        ],
+        "do not connect",
+    );
+    refused(
+        &["bench", "route", "--nodes", "2", "--fail", "1"],
+        "--fail 1: at most",
+    );
+}

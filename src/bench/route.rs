@@ -122,6 +122,13 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
         .into_iter()
         .map(|v| v.0 as u32)
         .collect();
+    if let Some(why) = cut_apart(n as u32, &victims) {
+        return Err(BenchError::Config(format!(
+            "--fail {} --seed {}: {why}; routing cannot cross a cut: choose another --seed or \
+             fewer --fail",
+            cfg.fail, cfg.seed
+        )));
+    }
     for &v in &victims {
         c.nodes[v as usize].kill();
     }
@@ -129,7 +136,10 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
         c.nodes[v as usize].stop()?;
     }
     let live: Vec<u32> = (0..n as u32).filter(|r| !victims.contains(r)).collect();
-    let deadline = Instant::now() + cfg.timeout;
+    let deadline = Deadline {
+        at: Instant::now() + cfg.timeout,
+        total: cfg.timeout,
+    };
     let mut rng = SimRng::stream(cfg.seed, 7);
     let payload = vec![0x5a; cfg.size];
 
@@ -295,31 +305,74 @@ pub fn plan_descriptors(n: usize, opts: &NodeOptions) -> Result<NodeOptions, Ben
     )))
 }
 
+/// Whether the survivors of `victims` among `n` ranks fall apart over the BMG's live fingers
+/// (every message would then have a rank it cannot reach, and the broadcast an end it never
+/// reaches); if so, the parts.
+fn cut_apart(n: u32, victims: &HashSet<u32>) -> Option<String> {
+    let live: Vec<u32> = (0..n).filter(|r| !victims.contains(r)).collect();
+    let mut part = vec![usize::MAX; n as usize];
+    let mut parts: Vec<Vec<u32>> = Vec::new();
+    for &start in &live {
+        if part[start as usize] != usize::MAX {
+            continue;
+        }
+        let (k, mut stack, mut members) = (parts.len(), vec![start], Vec::new());
+        part[start as usize] = k;
+        while let Some(r) = stack.pop() {
+            members.push(r);
+            for f in bmg::neighbors(Rank(r), n) {
+                if !victims.contains(&f.0) && part[f.0 as usize] == usize::MAX {
+                    part[f.0 as usize] = k;
+                    stack.push(f.0);
+                }
+            }
+        }
+        members.sort_unstable();
+        parts.push(members);
+    }
+    (parts.len() > 1).then(|| {
+        let shown: Vec<String> = parts.iter().map(|p| format!("{p:?}")).collect();
+        format!(
+            "the {} dead leave the {} survivors in {} parts the BMG's live fingers do not \
+             connect ({})",
+            victims.len(),
+            live.len(),
+            parts.len(),
+            shown.join(", ")
+        )
+    })
+}
+
+/// When the run gives up, and after how long (for the error).
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    total: Duration,
+}
+
 /// The next routing event of any node.
 fn next(
     events: &Receiver<(NodeId, NodeEvent)>,
-    deadline: Instant,
+    deadline: Deadline,
     what: &str,
 ) -> Result<RouteEvent, BenchError> {
     next_from(events, deadline, what).map(|(_, e)| e)
 }
 
-/// The next routing event and the node that reported it; an error past `deadline`.
+/// The next routing event and the node that reported it; an error past `deadline`, naming
+/// how long the run waited.
 fn next_from(
     events: &Receiver<(NodeId, NodeEvent)>,
-    deadline: Instant,
+    deadline: Deadline,
     what: &str,
 ) -> Result<(NodeId, RouteEvent), BenchError> {
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.at.saturating_duration_since(Instant::now());
         match events.recv_timeout(left) {
             Ok((id, NodeEvent::Protocol(Event::Route(e)))) => return Ok((id, e)),
             Ok(_) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                return Err(BenchError::Timeout(
-                    deadline.saturating_duration_since(Instant::now()),
-                    what.into(),
-                ))
+                return Err(BenchError::Timeout(deadline.total, what.into()))
             }
             Err(_) => return Err(crate::engine::EngineError::Gone.into()),
         }

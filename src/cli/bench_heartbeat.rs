@@ -18,9 +18,9 @@ pub struct BenchHeartbeatArgs {
     /// Silence, in periods, after which the watched process is suspected.
     #[arg(long, default_value_t = weft::proto::heartbeat::SUSPECT_AFTER)]
     suspect_after: f64,
-    /// Processes hung, one after another.
-    #[arg(long, default_value_t = 8)]
-    trials: usize,
+    /// Processes hung, one after another (default: 8, or --nodes - 2 if fewer).
+    #[arg(long)]
+    trials: Option<usize>,
     /// Periods with nothing hung first, where every suspicion is a false one.
     #[arg(long, default_value_t = 100)]
     quiet_periods: u32,
@@ -45,10 +45,11 @@ pub struct BenchHeartbeatArgs {
 /// Run `weft bench heartbeat`.
 pub fn run(a: BenchHeartbeatArgs) -> anyhow::Result<()> {
     super::checks::within("--nodes", a.nodes, 3..=1024)?;
+    let trials = a.trials.unwrap_or(8.min(a.nodes - 2));
     anyhow::ensure!(
-        (1..=a.nodes - 2).contains(&a.trials),
-        "--trials {}: must be 1 to --nodes - 2 ({}), two processes are left to watch each other",
-        a.trials,
+        (1..=a.nodes - 2).contains(&trials),
+        "--trials {trials}: must be 1 to --nodes - 2 ({}), two processes are left to watch each \
+         other",
         a.nodes - 2
     );
     super::checks::within("--heartbeat-us", a.heartbeat_us, 10..=60_000_000)?;
@@ -68,7 +69,7 @@ pub fn run(a: BenchHeartbeatArgs) -> anyhow::Result<()> {
     let cfg = HeartbeatBenchConfig {
         nodes: a.nodes,
         heartbeat,
-        trials: a.trials,
+        trials,
         quiet_periods: a.quiet_periods,
         background: (!a.no_background).then_some(a.grid_doubles),
         opts: weft::bench::stabilize::job_options(

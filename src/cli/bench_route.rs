@@ -13,9 +13,10 @@ pub struct BenchRouteArgs {
     /// In-process nodes.
     #[arg(long, default_value_t = 256)]
     nodes: usize,
-    /// Nodes killed before any message (no one is told: refused dials tell them).
-    #[arg(long, default_value_t = 32)]
-    fail: usize,
+    /// Nodes killed before any message (no one is told: refused dials tell them). Default:
+    /// an eighth of --nodes.
+    #[arg(long)]
+    fail: Option<usize>,
     /// Messages each live node sends at once, to random live ranks.
     #[arg(long, default_value_t = 4)]
     per_node: u32,
@@ -41,12 +42,17 @@ pub struct BenchRouteArgs {
 /// Run `weft bench route`.
 pub fn run(a: BenchRouteArgs) -> anyhow::Result<()> {
     super::checks::within("--nodes", a.nodes, 2..=4096)?;
-    anyhow::ensure!(
-        a.fail + 2 <= a.nodes,
-        "--fail {}: at most --nodes - 2 ({}), so that two nodes are left to talk",
-        a.fail,
-        a.nodes - 2
-    );
+    let fail = match a.fail {
+        Some(f) => {
+            anyhow::ensure!(
+                f + 2 <= a.nodes,
+                "--fail {f}: at most --nodes - 2 ({}), so that two nodes are left to talk",
+                a.nodes - 2
+            );
+            f
+        }
+        None => (a.nodes / 8).min(a.nodes - 2),
+    };
     anyhow::ensure!(
         a.size <= 1 << 20,
         "--size {}: at most 1 MiB (1048576)",
@@ -58,7 +64,7 @@ pub fn run(a: BenchRouteArgs) -> anyhow::Result<()> {
     let seed = a.seed.unwrap_or_else(weft::rng::SimRng::fresh_seed);
     let cfg = RouteBenchConfig {
         nodes: a.nodes,
-        fail: a.fail,
+        fail,
         per_node: a.per_node,
         probes: a.probes,
         size: a.size,

@@ -73,7 +73,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         "--iters {}: must be 1 to {MAX_ITERS}",
         a.iters
     );
-    let rounds = a.rounds.unwrap_or(10);
+    // 10 rounds, or one per iteration when there are fewer: a default never refuses.
+    let rounds = a.rounds.unwrap_or(10.min(a.iters));
     anyhow::ensure!(
         (1..=a.iters).contains(&rounds),
         "--rounds {rounds}: must be 1 to --iters ({})",
