@@ -245,3 +245,69 @@ fn a_restarted_node_appends_to_its_log() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// SIGTERM (and SIGINT) end a node with a goodbye: it leaves the view, its peers see a leave
+/// (`left` at the root, no `detected`), and it exits 0. The same for the root, which hands the
+/// tree to the next in line, and for a `--supervised` node, whose supervisor passes the signal
+/// on and exits as the node did.
+#[test]
+fn a_terminated_node_leaves_the_view_and_exits_0() {
+    let key = JobKey::generate().unwrap();
+    let ports = free_ports(5);
+    let mut nodes: Vec<Option<(Child, Receiver<String>)>> = Vec::new();
+    for id in 0..5 {
+        let extra: &[&str] = if id == 3 { &["--supervised"] } else { &[] };
+        nodes.push(Some(start(id, &ports, &key, extra)));
+    }
+    // Formed: n0 heard from its four children.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut heard = std::collections::HashSet::new();
+    read_until(&nodes[0].as_ref().unwrap().1, deadline, |v| {
+        if v["kind"] == "authenticated" {
+            heard.insert(v["peer"].as_u64().unwrap());
+        }
+        heard.len() == 4
+    });
+    assert_eq!(heard.len(), 4, "n0 never heard from everyone");
+    let term = |c: &Child, sig| {
+        // SAFETY: a signal to a child this test started.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+    };
+    let mut live: Vec<u64> = (0..5).collect();
+    // A leaf, the supervised one, then the root.
+    for (victim, sig) in [
+        (2usize, libc::SIGTERM),
+        (3, libc::SIGINT),
+        (0, libc::SIGTERM),
+    ] {
+        let (mut child, rx) = nodes[victim].take().unwrap();
+        term(&child, sig);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "n{victim} ended with {status:?}");
+        let own: Vec<String> = rx.try_iter().collect();
+        assert!(
+            own.iter().any(|l| l.contains("\"left\"")),
+            "n{victim} never saw itself leave: {own:?}"
+        );
+        live.retain(|&i| i != victim as u64);
+        let want = serde_json::json!(live);
+        for (id, node) in nodes.iter().enumerate() {
+            let Some((_, rx)) = node else { continue };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let seen = read_until(rx, deadline, |v| v["kind"] == "view" && v["view"] == want);
+            assert!(
+                seen.iter().any(|v| v["view"] == want),
+                "n{id} never installed {want} after n{victim} left: {seen:?}"
+            );
+            let detected: Vec<_> = seen.iter().filter(|v| v["kind"] == "detected").collect();
+            assert!(
+                detected.is_empty(),
+                "n{id} took a leave for a failure: {detected:?}"
+            );
+        }
+    }
+    for (mut c, _) in nodes.into_iter().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

@@ -482,7 +482,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
                     break ((epoch, who), at);
                 }
             }
-            MemberEvent::Joined { .. } => {}
+            MemberEvent::Joined { .. } | MemberEvent::Left { .. } => {}
         }
     };
 

@@ -51,8 +51,8 @@ pub struct NodeProcess {
 pub struct Report {
     /// The reporting node.
     pub node: u64,
-    /// `started`, `authenticated`, `suspect`, `refused`, `detected`, `view`, `stabilized` or
-    /// `joined`.
+    /// `started`, `authenticated`, `suspect`, `refused`, `detected`, `view`, `stabilized`,
+    /// `joined` or `left` (a process that left on purpose: at the root, and at itself).
     pub kind: &'static str,
     /// The backend the node runs on (started): `uring`, or `poll` if it was forced or an
     /// automatic choice fell back.
@@ -148,6 +148,10 @@ pub fn supervise() -> std::io::Result<()> {
         // The node ends with its supervisor (the launcher's SIGTERM goes to the supervisor).
         return die_with_parent();
     }
+    // A terminating signal goes on to the node, which leaves the view and exits 0; this
+    // process then exits as it did.
+    terminate::catch(false)?;
+    let mut forwarded = false;
     let mut status = 0;
     loop {
         // SAFETY: waits for our own child; `status` is a valid out-pointer.
@@ -157,6 +161,11 @@ pub fn supervise() -> std::io::Result<()> {
         }
         if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             std::process::exit(70);
+        }
+        if !forwarded && terminate::asked() {
+            forwarded = true;
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(child, terminate::signal()) };
         }
     }
     let code = if libc::WIFSIGNALED(status) {
@@ -217,6 +226,11 @@ pub fn report_of(id: NodeId, epoch_ns: u64, e: NodeEvent) -> Option<Report> {
                 mono_ns: epoch_ns + at.0,
                 ..base("joined")
             },
+            MemberEvent::Left { peer, at } => Report {
+                peer: Some(peer.0),
+                mono_ns: epoch_ns + at.0,
+                ..base("left")
+            },
         },
         NodeEvent::Protocol(_) => return None,
     })
@@ -228,13 +242,17 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
     let epoch = Instant::now();
     let epoch_ns = monotonic_ns();
     let retry = Duration::from_millis(200);
+    // SIGTERM and SIGINT (a launcher ending the job, ^C) say goodbye instead of killing.
+    terminate::catch(true)?;
+    let leave = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let proto = match p.entry {
         Entry::Member => Membership::new(p.id, p.members.clone(), p.membership),
         Entry::Join => Membership::joiner(p.id, p.members.clone(), p.membership, retry),
         Entry::Recover => Membership::recovering(p.id, p.members.clone(), p.membership, retry),
     }
     // The engine's dials and the protocol's deadlines keep one start-up rule.
-    .with_startup_grace(p.opts.reactor.startup_grace);
+    .with_startup_grace(p.opts.reactor.startup_grace)
+    .with_leave_flag(leave.clone());
     let opts = NodeOptions {
         epoch: Some(epoch),
         params: p.membership.params(p.members.len()),
@@ -256,13 +274,80 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
     if !report(&started) {
         return node.stop().map(drop);
     }
-    while let Ok((_, e)) = rx.recv() {
+    // Asked to terminate: until this process has left (or LEAVE_WAIT has passed).
+    let mut leaving: Option<Instant> = None;
+    loop {
+        if leaving.is_none() && terminate::asked() {
+            leave.store(true, std::sync::atomic::Ordering::Release);
+            node.wake();
+            leaving = Some(Instant::now() + LEAVE_WAIT);
+        }
+        let e = match rx.recv_timeout(TERMINATE_POLL) {
+            Ok((_, e)) => e,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if leaving.is_some_and(|until| Instant::now() >= until) {
+                    break;
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         let Some(r) = report_of(p.id, epoch_ns, e) else {
             continue;
         };
-        if !report(&r) {
+        let gone = r.kind == "left" && r.peer == Some(p.id.0);
+        if !report(&r) || gone {
             break;
         }
     }
     node.stop().map(drop)
+}
+
+/// How often the run loop looks whether a terminating signal came.
+const TERMINATE_POLL: Duration = Duration::from_millis(50);
+
+/// How long a terminated node waits for the view without it before it goes anyway (its
+/// peers then see a failure).
+const LEAVE_WAIT: Duration = Duration::from_secs(3);
+
+/// SIGTERM and SIGINT, caught: the node leaves the view and exits 0.
+mod terminate {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// The signal that came (0: none).
+    static CAUGHT: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn on_signal(sig: libc::c_int) {
+        // Async-signal-safe: one atomic store.
+        CAUGHT.store(sig, Ordering::Release);
+    }
+
+    /// Catch SIGTERM and SIGINT from now on; `restart`: interrupted system calls restart
+    /// (`SA_RESTART`), else they fail with EINTR (a waiter that must notice).
+    pub fn catch(restart: bool) -> std::io::Result<()> {
+        for sig in [libc::SIGTERM, libc::SIGINT] {
+            // SAFETY: a zeroed sigaction with a handler that only stores an atomic, installed
+            // for a signal whose default action would end the process.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+                sa.sa_flags = if restart { libc::SA_RESTART } else { 0 };
+                libc::sigemptyset(&mut sa.sa_mask);
+                if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a terminating signal came.
+    pub fn asked() -> bool {
+        CAUGHT.load(Ordering::Acquire) != 0
+    }
+
+    /// The signal that came, if any (0: none).
+    pub fn signal() -> i32 {
+        CAUGHT.load(Ordering::Acquire)
+    }
 }

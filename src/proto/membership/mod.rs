@@ -258,6 +258,14 @@ pub enum MemberEvent {
         /// When.
         at: Time,
     },
+    /// `peer` left the job on purpose ([`Membership::leave`]): at the root that excludes it,
+    /// and at the leaving process itself once a view without it is installed.
+    Left {
+        /// Who left.
+        peer: NodeId,
+        /// When.
+        at: Time,
+    },
 }
 
 /// A tree over node ids: parent and ordered children of every member.
@@ -564,6 +572,13 @@ pub struct Membership {
     startup: Duration,
     /// That grace, from `on_start` on.
     grace: StartupGrace,
+    /// Leaving on purpose ([`Membership::leave`]): a view without this process is the goal,
+    /// not an exclusion to ask back in from.
+    leaving: bool,
+    /// `Left` was reported for this process itself.
+    left_reported: bool,
+    /// Set from outside (a signal handler) to ask this process to leave at its next wake.
+    leave_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Membership {
@@ -623,6 +638,9 @@ impl Membership {
             ring_from: (u64::MAX, 0, false),
             startup: Duration::ZERO,
             grace: StartupGrace::none(),
+            leaving: false,
+            left_reported: false,
+            leave_flag: None,
         };
         m.nb = m.neighbors_in_state();
         m.state.root = m.nb.root;
@@ -675,6 +693,45 @@ impl Membership {
     pub fn with_startup_grace(mut self, grace: Duration) -> Self {
         self.startup = grace;
         self
+    }
+
+    /// `flag`, once set, makes this process [`leave`](Self::leave) at its next wake
+    /// (`NodeHandle::wake`): how a node process turns SIGTERM into a goodbye.
+    pub fn with_leave_flag(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.leave_flag = Some(flag);
+        self
+    }
+
+    /// Leave the job on purpose: the root starts an epoch without this process, as for a
+    /// failure, but reports it as [`MemberEvent::Left`]; a leaving root hands the tree to the
+    /// next in line (`RootFailure` about itself). Once a view without this process comes,
+    /// it reports `Left` itself and asks nothing more (no rejoin, no probes).
+    pub fn leave<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        if self.leaving || self.joining.is_some() {
+            return;
+        }
+        self.leaving = true;
+        let root = self.nb.root;
+        if root != self.me {
+            out.send(root, MemberMsg::NodeFailure { failed: self.me });
+            return;
+        }
+        // The root: the next live process of the tree's order takes over without it.
+        let epoch = self.seen_epoch.max(self.state.epoch);
+        if let Some(next) = self.next_live(self.me) {
+            out.send(
+                next,
+                MemberMsg::RootFailure {
+                    failed: self.me,
+                    epoch,
+                },
+            );
+        }
+    }
+
+    /// Whether this process asked to leave and a view without it has come.
+    pub fn has_left(&self) -> bool {
+        self.leaving && !self.is_live(self.me)
     }
 
     /// The installed view.
@@ -851,6 +908,15 @@ impl Membership {
     /// probe timed out on it): as the paper allows, it asks to come back like a recovered
     /// process, without its state (which the view it comes back to may not supersede).
     fn rejoin_if_excluded<M: From<MemberMsg>>(&mut self, out: &mut Outbox<M>) {
+        if self.leaving {
+            if !self.is_live(self.me) && !std::mem::replace(&mut self.left_reported, true) {
+                out.report(Event::Member(MemberEvent::Left {
+                    peer: self.me,
+                    at: self.now,
+                }));
+            }
+            return;
+        }
         // A state whose list does not hold this process at all excludes it too (one that
         // never heard of its joining).
         if self.joining.is_none() && !self.is_live(self.me) {
@@ -1169,8 +1235,20 @@ impl Membership {
         match msg {
             MemberMsg::NodeFailure { failed } => {
                 out.send(from, MemberMsg::FailureDetAck { failed });
+                let goodbye = i_am_root && from == failed && self.is_live(failed);
+                if goodbye {
+                    // A goodbye, not a detection.
+                    out.report(Event::Member(MemberEvent::Left {
+                        peer: failed,
+                        at: self.now,
+                    }));
+                }
                 if i_am_root {
                     self.root_handles(failed, false, out);
+                    if goodbye {
+                        // The new tree leaves it out: show it the view it left.
+                        out.send(failed, MemberMsg::Excluded(self.state.clone()));
+                    }
                 } else if self.joining.is_none() {
                     // Not (or no longer) the root: pass it on.
                     out.send(self.nb.root, MemberMsg::NodeFailure { failed });
@@ -1180,6 +1258,22 @@ impl Membership {
                 out.send(from, MemberMsg::FailureDetAck { failed });
                 self.seen_epoch = self.seen_epoch.max(epoch);
                 if self.joining.is_some() {
+                    return;
+                }
+                let goodbye = from == failed && self.is_live(failed) && self.nb.root == failed;
+                if goodbye {
+                    // The root says goodbye and hands the tree on.
+                    out.report(Event::Member(MemberEvent::Left {
+                        peer: failed,
+                        at: self.now,
+                    }));
+                    if let Some(p) = self.position(failed) {
+                        self.suspected.insert(failed, p);
+                    }
+                    self.chase_root(failed, out);
+                    if self.nb.root == self.me {
+                        out.send(from, MemberMsg::Excluded(self.state.clone()));
+                    }
                     return;
                 }
                 if let Some(p) = self.position(failed).filter(|p| !self.dead.contains(p)) {
@@ -1377,6 +1471,9 @@ impl Membership {
         let Some((period, timeout)) = self.cfg.probe else {
             return;
         };
+        if self.has_left() {
+            return;
+        }
         let neighbors: Vec<NodeId> = self
             .nb
             .parent
@@ -1540,6 +1637,17 @@ impl Protocol for Membership {
         self.now = now;
         self.suspect(peer, out);
         self.follow_ring(now, out);
+    }
+
+    fn on_wake(&mut self, now: Time, out: &mut Outbox<MemberMsg>) {
+        self.now = now;
+        let asked = self
+            .leave_flag
+            .as_ref()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire));
+        if asked {
+            self.leave(out);
+        }
     }
 
     fn state_version(&self) -> u64 {
