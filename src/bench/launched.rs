@@ -192,11 +192,13 @@ fn join(cfg: &BenchConfig, want: Want) -> Result<Option<Root>, BenchError> {
         None => "?".into(),
     };
     let deadline = Instant::now() + cfg.timeout;
+    let params = member_config(&cfg).params(launch.size as usize);
     let joined = exchange::exchange(
         launch,
         mine,
         crate::transport::JobKey::from_env().map_err(failed)?,
         Some(&ctl_word),
+        &params,
         &env,
         deadline,
     )?;

@@ -239,12 +239,15 @@ fn check_loopback(peers: &PeerList, scopes: &[String]) -> Result<(), BootstrapEr
 /// bound). `key`: the job key if the caller has one (a key file); else the environment's,
 /// else, under PMI-1, rank 0's fresh one. `extra`: on rank 0, one word to hand every process
 /// (an experiment's control address); on the others, `Some` (of anything) asks for rank 0's
-/// word. Bounded by `deadline`.
+/// word. `params`: what every rank must run alike (the membership's parameters): a rank that
+/// differs, or that says another job size, fails the exchange at every rank, named. Bounded
+/// by `deadline`.
 pub fn exchange(
     mut launch: Launch,
     mine: SocketAddr,
     key: Option<JobKey>,
     extra: Option<&str>,
+    params: &str,
     env: &dyn Env,
     deadline: Instant,
 ) -> Result<Joined, BootstrapError> {
@@ -264,6 +267,12 @@ pub fn exchange(
                 key = Some(k);
             }
             p.put(&format!("weft-addr-{}", launch.rank), &mine.to_string())?;
+            let params_word = if params.is_empty() {
+                "-".to_string()
+            } else {
+                params.replace(' ', "+")
+            };
+            p.put(&format!("weft-params-{}", launch.rank), &params_word)?;
             if mine.ip().is_loopback() {
                 p.put(&format!("weft-lo-{}", launch.rank), &loopback_scope())?;
             }
@@ -284,6 +293,19 @@ pub fn exchange(
                 Some(_) => Some(p.get("weft-extra")?),
                 None => None,
             };
+            // Every rank runs what rank 0 runs, or the job cannot form: named at every rank.
+            for r in 0..launch.size {
+                let theirs = p.get(&format!("weft-params-{r}"))?;
+                if theirs != params_word {
+                    return Err(BootstrapError::Exchange(format!(
+                        "rank {r} runs {:?}, rank {} runs {:?}: every rank must be given the \
+                         same options",
+                        theirs.replace('+', " "),
+                        launch.rank,
+                        params
+                    )));
+                }
+            }
             let peers = PeerList::parse(&line.join(","), "the PMI key-value space")?;
             if peers.iter().any(|(_, a)| a.ip().is_loopback()) {
                 // Every rank's scope: a rank that advertised an address that is not loopback
@@ -311,14 +333,24 @@ pub fn exchange(
                     None => JobKey::derive(&user_secret(env)?, &launch.job),
                 },
             };
+            // A port of the formula has spares (two jobs may hash to one); one given by
+            // WEFT_RENDEZVOUS is the only one.
+            let ports = if port == super::launch::rendezvous_port(&launch.job) {
+                super::launch::rendezvous_ports(&launch.job)
+            } else {
+                vec![port]
+            };
+            let job = rendezvous::Job {
+                id: &launch.job,
+                size: launch.size,
+                params,
+            };
             let (peers, extra) = if launch.rank == 0 {
-                let listener = rendezvous::listen(port)?;
-                let job = &launch.job;
-                let peers =
-                    rendezvous::serve(listener, &key, job, launch.size, mine, extra, deadline)?;
+                let listener = rendezvous::listen_first(&ports)?;
+                let peers = rendezvous::serve(listener, &key, &job, mine, extra, deadline)?;
                 (peers, extra.map(str::to_string))
             } else {
-                rendezvous::join(&host, port, &key, &launch.job, launch.rank, mine, deadline)?
+                rendezvous::join(&host, &ports, &key, &job, launch.rank, mine, deadline)?
             };
             (key, peers, extra)
         }

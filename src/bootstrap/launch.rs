@@ -131,6 +131,27 @@ pub fn rendezvous_port(job: &str) -> u16 {
     10_000 + (h % 20_000) as u16
 }
 
+/// How many ports of the formula a rendezvous tries: two jobs whose ids hash to one port
+/// (Slurm jobs 59 and 118, step 0) started together on one host would otherwise meet at
+/// one rendezvous, and the second could not listen at all.
+pub const RENDEZVOUS_PORTS: usize = 8;
+
+/// The ports `job`'s rendezvous may take, in the order rank 0 tries to listen on them and
+/// the other ranks look for it: [`rendezvous_port`] of the job id, then of `ID#1`, `ID#2`, …
+pub fn rendezvous_ports(job: &str) -> Vec<u16> {
+    let mut ports = vec![rendezvous_port(job)];
+    for k in 1.. {
+        if ports.len() == RENDEZVOUS_PORTS {
+            break;
+        }
+        let p = rendezvous_port(&format!("{job}#{k}"));
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
+    ports
+}
+
 fn bad(variable: &str, why: impl Into<String>) -> BootstrapError {
     BootstrapError::Launcher {
         variable: variable.into(),
@@ -528,5 +549,15 @@ mod tests {
             .collect();
         assert!(ports.len() > 950, "spread: {}", ports.len());
         assert!(ports.iter().all(|p| (10_000..30_000).contains(p)));
+        // Jobs 59 and 118 of Slurm (step 0) share the first port and part ways after it.
+        let (a, b) = (
+            rendezvous_ports("slurm-59.0"),
+            rendezvous_ports("slurm-118.0"),
+        );
+        assert_eq!(a.len(), RENDEZVOUS_PORTS);
+        assert_eq!(a[0], rendezvous_port("slurm-59.0"));
+        let distinct: std::collections::HashSet<_> = a.iter().collect();
+        assert_eq!(distinct.len(), a.len());
+        assert!(a.iter().zip(&b).skip(1).any(|(x, y)| x != y));
     }
 }

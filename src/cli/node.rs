@@ -305,7 +305,9 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
             stdio::announce(&mut std::io::stdout(), mine)?;
             let deadline = std::time::Instant::now()
                 + Duration::from_millis(a.startup_timeout_ms.unwrap_or(60_000));
-            let joined = weft::bootstrap::exchange(launch, mine, key, None, &env, deadline)?;
+            let params = membership.params(members.len());
+            let joined =
+                weft::bootstrap::exchange(launch, mine, key, None, &params, &env, deadline)?;
             use std::io::Write;
             writeln!(
                 out,
