@@ -537,6 +537,34 @@ fn a_member_without_an_address_is_suspected() {
     }
 }
 
+/// A peer that closes a dial during the handshake (as one with another job key does, after
+/// reading the dialer's proof) is reported as such, naming WEFT_JOB_KEY, not as a bare
+/// "closed by peer" beside a view of one.
+#[test]
+fn a_dial_closed_during_the_handshake_names_the_likely_key_mismatch() {
+    for backend in BACKENDS {
+        let key = JobKey::generate().unwrap();
+        let o = opts(backend, &key);
+        let (l0, fake) = (listener(), listener());
+        let at = fake.local_addr().unwrap();
+        // The fake n1 reads what the dialer says, then hangs up without a word.
+        std::thread::spawn(move || {
+            while let Ok((mut s, _)) = fake.accept() {
+                let mut buf = [0u8; 512];
+                let _ = s.read(&mut buf);
+            }
+        });
+        let (_n0, rx0) = member(0, 2, l0, &[(1, at)], &o);
+        let what = "closed by the peer during the handshake";
+        let seen = collect(&rx0, 10, |s| refusals(s, None, what) >= 1);
+        assert!(refusals(&seen, None, what) >= 1, "{backend}: {seen:?}");
+        assert!(
+            refusals(&seen, None, "WEFT_JOB_KEY") >= 1,
+            "{backend}: {seen:?}"
+        );
+    }
+}
+
 /// Strangers that stream bytes without ever authenticating (padding frames, or garbage after
 /// a valid first header) cannot grow a node process's memory: 50 of them, each sending up to
 /// 2 MiB, on each backend and wait mode, leave its resident memory within 24 MiB of where it

@@ -260,6 +260,11 @@ where
         // (`crossing.rs`).
         let yielded = self.yielded_to_us(&conn, slot, &why);
         let (who, authenticated) = (conn.peer.or(conn.dialed), conn.peer.is_some());
+        // A dial closed before it authenticated: say what that likely means.
+        let why = match (why, authenticated, conn.dialed) {
+            (ConnError::ClosedByPeer, false, Some(_)) => ConnError::ClosedInHandshake,
+            (why, ..) => why,
+        };
         // A dial to a peer not listening yet, during the start-up grace, or one the peer
         // deferred to its own: tried again later, unless the peer's connection comes first.
         if let (None, Some(to)) = (conn.peer, conn.dialed) {

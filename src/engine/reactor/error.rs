@@ -12,6 +12,13 @@ pub enum ConnError {
     /// The peer closed its end.
     #[error("closed by peer")]
     ClosedByPeer,
+    /// The peer closed a connection this node dialed before the handshake was done: what a
+    /// peer with another job key (or job, or parameters) does, and says only to itself.
+    #[error(
+        "closed by the peer during the handshake: it may hold another job key (WEFT_JOB_KEY), \
+         or run another job or other parameters; its own log names the reason"
+    )]
+    ClosedInHandshake,
     /// Released on purpose, both goodbyes said (no failure: see `release.rs`).
     #[error("released")]
     Released,
