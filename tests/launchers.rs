@@ -12,6 +12,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Whether `tool` runs here. Under CI it must.
 fn have(tool: &str) -> bool {
@@ -146,4 +147,66 @@ fn the_benchmark_runs_under_hydra_with_estimated_clocks() {
         err > 0.0 && err < 10_000.0,
         "a round trip's half over loopback: {r}"
     );
+}
+
+/// A rank that really dies (SIGKILL of its process) during a launched `bench stabilize`:
+/// rank 0 names the rank whose control channel closed, keeps the trials already done (its JSON
+/// line carries them with `error`), and every rank exits non-zero. Before, rank 0 waited 30 s,
+/// printed "2 tree connections between ranks missing" and nothing else, and ranks 1 and 2
+/// exited 0.
+#[test]
+fn a_rank_killed_during_a_launched_benchmark_is_named_and_the_trials_done_are_kept() {
+    let n = 6;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut ranks: Vec<std::process::Child> = (0..n)
+        .map(|r| {
+            Command::new(env!("CARGO_BIN_EXE_weft"))
+                .args([
+                    "bench",
+                    "stabilize",
+                    "--bootstrap",
+                    "env",
+                    "--repeat",
+                    "100000",
+                ])
+                .args(["--json", "--timeout-s", "20"])
+                .env("WEFT_RANK", r.to_string())
+                .env("WEFT_SIZE", n.to_string())
+                .env("WEFT_RENDEZVOUS", format!("127.0.0.1:{port}"))
+                .env("WEFT_JOB_KEY", "cd".repeat(32))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Trials run until the kill: there is no end to wait for, only a moment well inside.
+    std::thread::sleep(Duration::from_millis(2500));
+    ranks[3].kill().unwrap();
+    let mut outs = Vec::new();
+    for c in ranks {
+        outs.push(c.wait_with_output().unwrap());
+    }
+    let err0 = String::from_utf8_lossy(&outs[0].stderr);
+    assert!(!outs[0].status.success(), "rank 0: {err0}");
+    assert!(
+        err0.contains("rank 3"),
+        "rank 0 does not name rank 3: {err0}"
+    );
+    let line = String::from_utf8_lossy(&outs[0].stdout);
+    if let Some(l) = line.lines().find(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(
+            v["error"].as_str().is_some_and(|e| e.contains("rank 3")),
+            "{v}"
+        );
+        assert!(v["repeat"].as_u64().unwrap_or(0) >= 1, "{v}");
+    }
+    for (r, o) in outs.iter().enumerate().skip(1) {
+        assert!(!o.status.success(), "rank {r} exited 0");
+    }
 }

@@ -6,13 +6,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weft::proto::agreement::AgreeMsg;
-use weft::proto::broadcast::OrderMsg;
-use weft::proto::membership::MemberMsg;
-use weft::proto::overlay::OverlayMsg;
-use weft::proto::ping::PingMsg;
-use weft::proto::relay::RelayMsg;
-use weft::proto::storage::StoreMsg;
 use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
 use weft::wire::{Frame, FrameDecoder, Framed, Kind};
 use weft::NodeId;
@@ -36,14 +29,15 @@ fn read<M: Framed>(frame: &Frame) {
     }
 }
 
+/// `frame` as each of weft's message types (`weft::for_each_message!`: the list the tag
+/// test and the wire's round trip walk too).
 fn every_protocol(frame: &Frame) {
-    read::<PingMsg>(frame);
-    read::<OverlayMsg>(frame);
-    read::<RelayMsg>(frame);
-    read::<MemberMsg>(frame);
-    read::<OrderMsg>(frame);
-    read::<StoreMsg>(frame);
-    read::<AgreeMsg>(frame);
+    macro_rules! read_as {
+        ($m:ty) => {
+            read::<$m>(frame);
+        };
+    }
+    weft::for_each_message!(read_as);
 }
 
 fuzz_target!(|data: &[u8]| {

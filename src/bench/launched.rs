@@ -47,6 +47,9 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// What a rank's reader says when the rank's control channel closes.
+const GONE: &str = "gone";
+
 fn failed(what: impl std::fmt::Display) -> BenchError {
     BenchError::Config(what.to_string())
 }
@@ -74,10 +77,26 @@ pub fn run(
     let Some(mut job) = join(cfg, want)? else {
         return Ok(None);
     };
-    let trials = job.driver.trials(&job.cfg, repeat, each);
-    let report = job.report(trials);
-    job.end();
-    Ok(Some(report?))
+    let (trials, stopped) = job.driver.trials(&job.cfg, repeat, each);
+    match stopped {
+        None => {
+            let report = job.report(Ok(trials));
+            job.end();
+            Ok(Some(report?))
+        }
+        // A rank died, say: the trials done are kept (with the reason), every rank is told,
+        // and the run ends with the error (at every rank).
+        Some(e) if !trials.is_empty() => {
+            let mut report = job.report(Ok(trials))?;
+            report.error = Some(e.to_string());
+            job.abort(&e);
+            Ok(Some(report))
+        }
+        Some(e) => {
+            job.abort(&e);
+            Err(e)
+        }
+    }
 }
 
 /// What `weft model validate` measures on a launched job, besides its trials.
@@ -148,7 +167,10 @@ impl Root {
             let rtt = self.driver.ping(&g, iters, warmup)?;
             loaded.push(Contention::of(n, f, g.len() as u32, &rtt));
         }
-        let trials = self.driver.trials(&self.cfg, repeat, |_, _| {});
+        let trials = match self.driver.trials(&self.cfg, repeat, |_, _| {}) {
+            (t, None) => Ok(t),
+            (_, Some(e)) => Err(e),
+        };
         let mut boots = self.driver.boot.clone();
         boots.sort();
         boots.dedup();
@@ -163,6 +185,14 @@ impl Root {
     /// Let the ranks go and wait for rank 0's own (whose errors the driver has seen).
     fn end(mut self) {
         self.driver.dismiss();
+        let _ = self.rank_thread.join();
+    }
+
+    /// End the job on `why`: every rank still there exits with it (non-zero), as rank 0 does.
+    fn abort(mut self, why: &BenchError) {
+        let _ = self
+            .driver
+            .tell_all_alive(json!({"c": "exit", "error": why.to_string()}));
         let _ = self.rank_thread.join();
     }
 }
@@ -363,6 +393,10 @@ impl Rank {
                     }
                     if let Some(mut p) = pinger.take() {
                         let _ = p.stop();
+                    }
+                    // Rank 0 ended the job on an error: so does this rank.
+                    if let Some(why) = m["error"].as_str() {
+                        return Err(failed(format!("rank 0 ended the job: {why}")));
                     }
                     return Ok(());
                 }
@@ -689,9 +723,18 @@ impl Driver {
                             boot[rank] = v["boot"].as_str().unwrap_or("").to_string();
                             named += 1;
                             let tx: Sender<(u32, Value)> = tx.clone();
-                            std::thread::spawn(move || {
-                                while let Ok(v) = r.recv(None) {
-                                    if tx.send((rank as u32, v)).is_err() {
+                            std::thread::spawn(move || loop {
+                                match r.recv(None) {
+                                    Ok(v) => {
+                                        if tx.send((rank as u32, v)).is_err() {
+                                            return;
+                                        }
+                                    }
+                                    Err(e) => {
+                                        // The rank's process is gone: the driver names it.
+                                        let why = e.to_string();
+                                        let _ =
+                                            tx.send((rank as u32, json!({"r": GONE, "why": why})));
                                         return;
                                     }
                                 }
@@ -717,7 +760,11 @@ impl Driver {
     }
 
     fn tell(&mut self, rank: usize, v: Value) -> Result<(), BenchError> {
-        self.down[rank].send(&v).map_err(Into::into)
+        self.down[rank].send(&v).map_err(|e| {
+            failed(format!(
+                "rank {rank}'s control channel: {e}: its process ended"
+            ))
+        })
     }
 
     fn tell_all(&mut self, v: Value) -> Result<(), BenchError> {
@@ -727,11 +774,29 @@ impl Driver {
         Ok(())
     }
 
-    /// The next message from any rank, within the phase's time.
+    /// [`Self::tell_all`], past ranks whose channel is gone.
+    fn tell_all_alive(&mut self, v: Value) -> Result<(), BenchError> {
+        for r in 0..self.down.len() {
+            let _ = self.tell(r, v.clone());
+        }
+        Ok(())
+    }
+
+    /// The next message from any rank, within the phase's time; a rank whose control
+    /// channel closed (its process died) is an error naming it.
     fn next(&self, deadline: Instant, what: &str) -> Result<(u32, Value), BenchError> {
-        self.up
+        let (r, v) = self
+            .up
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .map_err(|_| BenchError::Timeout(self.timeout, what.to_string()))
+            .map_err(|_| BenchError::Timeout(self.timeout, what.to_string()))?;
+        if v["r"] == GONE {
+            return Err(failed(format!(
+                "rank {r}'s control channel closed while waiting for {what} ({}): its process \
+                 ended",
+                v["why"].as_str().unwrap_or("?")
+            )));
+        }
+        Ok((r, v))
     }
 
     /// Wait until every rank has answered `want` (events that come meanwhile go to `seen`).
@@ -806,20 +871,25 @@ impl Driver {
             .collect())
     }
 
-    /// Run `repeat` trials, each on a fresh job.
+    /// Run `repeat` trials, each on a fresh job: the trials done, and the error that stopped
+    /// the rest if one did.
     fn trials(
         &mut self,
         cfg: &BenchConfig,
         repeat: u32,
         mut each: impl FnMut(u32, &Trial),
-    ) -> Result<Vec<Trial>, BenchError> {
+    ) -> (Vec<Trial>, Option<BenchError>) {
         let mut trials = Vec::new();
         for rep in 0..repeat {
-            let t = self.trial(cfg, rep)?;
-            each(rep, &t);
-            trials.push(t);
+            match self.trial(cfg, rep) {
+                Ok(t) => {
+                    each(rep, &t);
+                    trials.push(t);
+                }
+                Err(e) => return (trials, Some(e)),
+            }
         }
-        Ok(trials)
+        (trials, None)
     }
 
     /// For `--fail host` and `host-down`: the host drawn for trial `rep` (never rank 0's, which

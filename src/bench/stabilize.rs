@@ -576,6 +576,9 @@ pub struct BenchReport {
     /// Under `--hosts K --shape RATE`: every host's link rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<String>,
+    /// The run ended early, why: the report holds the trials done before (`repeat` of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The floor of this benchmark's stabilization on this machine ([`super::bare_wave`]): one
@@ -722,5 +725,6 @@ pub(crate) fn summarize(
         clock_err_us: clock_err.map(|d| d.as_secs_f64() * 1e6),
         hosts: None,
         shape: None,
+        error: None,
     }
 }

@@ -323,7 +323,12 @@ fn launched(
     let Some(r) = weft::bench::launched::run(&cfg, want, a.repeat, |_, _| {})? else {
         return Ok(());
     };
-    print_launched(a, &r)
+    print_launched(a, &r)?;
+    // The trials done are printed; a run that ended early still fails.
+    match &r.error {
+        Some(why) => anyhow::bail!("stopped after {} trial(s): {why}", r.repeat),
+        None => Ok(()),
+    }
 }
 
 /// Rank 0's report of a launched job (or of one on `--hosts`).

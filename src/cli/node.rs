@@ -162,15 +162,26 @@ fn place(a: &NodeArgs) -> anyhow::Result<Place> {
         let peers = match &a.peers {
             Some(list) => {
                 let peers = PeerList::parse(list, "--peers")?;
-                // Before a list of `nodes` members is made: a short list says so at once.
+                // Before a list of `nodes` members is made: a short list names the first
+                // members it lacks at once (a job of 2^20 with one peer listed).
                 let listed = peers.len() as u64 + u64::from(peers.get(NodeId(id)).is_none());
-                anyhow::ensure!(
-                    a.join || listed >= nodes,
-                    "--peers names {} process(es) besides --id {id}; a job of --nodes {nodes} \
-                     needs all {} others",
-                    listed - 1,
-                    nodes - 1
-                );
+                if !a.join && listed < nodes {
+                    let lacks = (0..nodes)
+                        .filter(|&i| i != id && peers.get(NodeId(i)).is_none())
+                        .take(8)
+                        .map(|i| format!("n{i}"))
+                        .collect::<Vec<_>>();
+                    let more = nodes - listed;
+                    let more = if more > lacks.len() as u64 {
+                        format!(", and {} more", more - lacks.len() as u64)
+                    } else {
+                        String::new()
+                    };
+                    anyhow::bail!(
+                        "--peers: no address for [{}{more}] (the job is {nodes} processes)",
+                        lacks.join(", ")
+                    );
+                }
                 let members: Vec<NodeId> = (0..nodes).map(NodeId).collect();
                 peers.check_covers(&members, NodeId(id), "--peers")?;
                 Some(peers)

@@ -51,6 +51,36 @@ pub const TAGS: &[(Tag, &str)] = &[
 /// The first tag left to applications.
 pub const APP_TAGS: Tag = 128;
 
+/// `$action!(T)` for each of weft's own message types `T`, in [`TAGS`] order: the one list that
+/// the tag test, the wire's round trip and the fuzz target walk, so that a new protocol's
+/// messages cannot be left out of any of them.
+///
+/// ```
+/// let mut names = Vec::new();
+/// macro_rules! name {
+///     ($m:ty) => {
+///         names.push(<$m as weft::proto::message::Message>::NAME);
+///     };
+/// }
+/// weft::for_each_message!(name);
+/// assert_eq!(names.len(), weft::proto::message::TAGS.len());
+/// ```
+#[macro_export]
+macro_rules! for_each_message {
+    ($action:ident) => {
+        $action!($crate::proto::ping::PingMsg);
+        $action!($crate::proto::overlay::OverlayMsg);
+        $action!($crate::proto::relay::RelayMsg);
+        $action!($crate::proto::membership::MemberMsg);
+        $action!($crate::proto::broadcast::OrderMsg);
+        $action!($crate::proto::storage::StoreMsg);
+        $action!($crate::proto::agreement::AgreeMsg);
+        $action!($crate::proto::route::RouteMsg);
+        $action!($crate::proto::grid::GridMsg);
+        $action!($crate::proto::bsp::BspMsg);
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,15 +100,16 @@ mod tests {
             tags.iter().all(|&t| t < APP_TAGS),
             "weft's tags stay below the applications'"
         );
-        assert!(listed::<crate::proto::ping::PingMsg>());
-        assert!(listed::<crate::proto::overlay::OverlayMsg>());
-        assert!(listed::<crate::proto::relay::RelayMsg>());
-        assert!(listed::<crate::proto::membership::MemberMsg>());
-        assert!(listed::<crate::proto::broadcast::OrderMsg>());
-        assert!(listed::<crate::proto::storage::StoreMsg>());
-        assert!(listed::<crate::proto::agreement::AgreeMsg>());
-        assert!(listed::<crate::proto::route::RouteMsg>());
-        assert!(listed::<crate::proto::grid::GridMsg>());
-        assert!(listed::<crate::proto::bsp::BspMsg>());
+        // Every message type is listed under its own tag, in TAGS order, and every tag has
+        // one: the list `for_each_message!` walks is the table.
+        let mut walked: Vec<(Tag, &str)> = Vec::new();
+        macro_rules! note {
+            ($m:ty) => {
+                assert!(listed::<$m>(), "{} is not in TAGS", <$m as Message>::NAME);
+                walked.push((<$m as Message>::TAG, <$m as Message>::NAME));
+            };
+        }
+        crate::for_each_message!(note);
+        assert_eq!(walked, TAGS);
     }
 }

@@ -421,7 +421,7 @@ pub fn backend_name<S: AsRef<str>>(parts: impl IntoIterator<Item = S>) -> String
 
 /// Start one node on a reactor thread of its own. It reports on `events`, which the caller
 /// must keep reading: the channel is unbounded. Refusals, the one kind of event strangers can
-/// cause, come at most 17 a second per node (the rest are counted: [`NodeEvent::RefusedMore`]).
+/// cause, come at most 16 a second per node (the rest are counted: [`NodeEvent::RefusedMore`]).
 pub fn spawn<P>(
     spec: NodeSpec,
     opts: &NodeOptions,
@@ -454,7 +454,7 @@ pub struct Cluster<P> {
     /// The nodes, node `i` has id `NodeId(i)`.
     pub nodes: Vec<NodeHandle<P>>,
     /// Every node's events. Keep reading them: the channel is unbounded (strangers' refusals
-    /// come at most 17 a second per node, see [`spawn`]).
+    /// come at most 16 a second per node, see [`spawn`]).
     pub events: Receiver<(NodeId, NodeEvent)>,
     /// Time zero of every node's protocol clock.
     pub epoch: Instant,

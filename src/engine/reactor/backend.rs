@@ -106,8 +106,8 @@ pub(super) trait Backend: Sized {
     fn spinning(&mut self);
 
     /// The reactor read the hot connection `id` itself: let go of it (readiness backends stop
-    /// watching a socket with nothing left to send), or send what waits (`Ok(false)`: nothing
-    /// more to do). An error is the connection's.
+    /// watching a socket with nothing left to send), or send what waits. An error is the
+    /// connection's.
     fn after_hot_read(
         &mut self,
         poll: &Poll,
