@@ -55,10 +55,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("sys", &[]),
 ];
 
-/// Names the crate root re-exports from a leaf (`crate::NodeId` is `crate::id::NodeId`).
+/// Names the crate root holds for a part (`crate::NodeId` is `crate::id::NodeId`; an exported
+/// macro lives at the root whatever module defines it: `for_each_message!` is proto's list of
+/// its message types).
 fn root_item(name: &str) -> Option<&'static str> {
     match name {
         "NodeId" | "Rank" | "ArchivedNodeId" | "ArchivedRank" => Some("id"),
+        "for_each_message" => Some("proto"),
         _ => None,
     }
 }
