@@ -56,7 +56,7 @@ fn idle_cpu(backend: Backend, wait: WaitMode, window: Duration) -> Duration {
 #[test]
 fn adaptive_reactors_block_when_idle_and_busy_ones_do_not() {
     let window = Duration::from_millis(400);
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         let adaptive = idle_cpu(backend, WaitMode::Adaptive, window);
         let busy = idle_cpu(backend, WaitMode::Busy, window);
         eprintln!("{backend:?}: idle CPU over {window:?}: adaptive {adaptive:?}, busy {busy:?}");

@@ -71,7 +71,7 @@ impl Protocol for Crosser {
 fn crossing_dials_lose_no_message_reorder_none_and_suspect_nobody() {
     let n = 16u64;
     let pairs = (n * (n - 1) / 2) as usize;
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         // Connection ends authenticated over the rounds: two connections a pair are four.
         let mut ends = 0;
         for round in 0..3 {

@@ -88,7 +88,7 @@ fn reactors_with_tables_of_their_own_host_more_than_the_process_limit() {
     let planned = plan_descriptors(64, &opts(None, 2)).unwrap();
     assert!(planned.reactor.own_descriptors);
 
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         if backend == Backend::Uring && weft::engine::uring_unavailable().is_some() {
             common::skip::skip("io_uring unavailable");
             continue;

@@ -41,7 +41,7 @@ fn limit_descriptors(soft: u64) -> (u64, u64) {
 
 #[test]
 fn running_out_of_descriptors_pauses_accepting_not_the_node() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         running_out_of_descriptors_on(backend);
         strangers_holding_every_descriptor_make_room_on(backend);
         ended_connections_make_room_first_on(backend);

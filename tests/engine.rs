@@ -21,7 +21,6 @@ use weft::wire::handshake::{Identity, JobKey};
 use weft::NodeId;
 
 /// Every engine test runs on both backends (the monoio habit).
-const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
 
 fn opts_for(backend: Backend) -> NodeOptions {
     NodeOptions {
@@ -38,7 +37,7 @@ fn opts_for(backend: Backend) -> NodeOptions {
 
 #[test]
 fn ping_pong_over_loopback_all_sizes() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         ping_pong_over_loopback_all_sizes_on(backend);
     }
 }
@@ -52,7 +51,7 @@ fn ping_pong_over_ipv6_loopback() {
         return;
     };
     drop(probe);
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::from_bytes([11; 32]);
         let o = NodeOptions {
             key: Some(key.clone()),
@@ -111,7 +110,7 @@ fn ping_pong_with_zero_copy_sends() {
 /// epoll) deliver the same bytes, on both backends.
 #[test]
 fn ping_pong_with_spinning_reactors() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         ping_pong_over_loopback_all_sizes_with(NodeOptions {
             reactor: weft::engine::ReactorOptions {
                 wait: WaitMode::Busy,
@@ -155,7 +154,7 @@ fn ping_pong_over_loopback_all_sizes_with(opts: NodeOptions) {
 
 #[test]
 fn overlay_builds_the_bmg_on_real_sockets() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         overlay_builds_the_bmg_on_real_sockets_on(backend);
     }
 }
@@ -168,7 +167,7 @@ fn overlay_builds_the_bmg_on_real_sockets_on(backend: Backend) {
 /// without epoll, and must still hear the order to stop a node).
 #[test]
 fn a_stopped_peer_is_reported_not_hung_on() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         for wait in [WaitMode::Block, WaitMode::Busy] {
             a_stopped_peer_is_reported_not_hung_on_with(NodeOptions {
                 reactor: weft::engine::ReactorOptions {
@@ -211,7 +210,7 @@ fn a_stopped_peer_is_reported_not_hung_on_with(opts: NodeOptions) {
 
 #[test]
 fn bad_input_closes_one_connection_and_the_node_serves_on() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         bad_input_closes_one_connection_and_the_node_serves_on_on(backend);
     }
 }
@@ -343,7 +342,7 @@ fn a_reactor_that_cannot_start_fails_the_start() {
 /// answers, and that peer is suspected. The node serves a real peer afterwards.
 #[test]
 fn a_silent_stranger_is_closed_at_the_handshake_deadline() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend);
     }
 }
@@ -419,7 +418,7 @@ fn a_silent_stranger_is_closed_at_the_handshake_deadline_on(backend: Backend) {
 /// let be until then, and a newcomer over the bound closes the oldest at once.
 #[test]
 fn strangers_past_the_bound_are_crowded_out_oldest_first() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         strangers_past_the_bound_are_crowded_out_on(backend);
     }
 }
@@ -486,7 +485,7 @@ fn strangers_past_the_bound_are_crowded_out_on(backend: Backend) {
 /// never comes.
 #[test]
 fn a_reactor_that_never_idles_still_closes_dropped_connections() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let o = NodeOptions {
             reactor: weft::engine::ReactorOptions {
                 wait: WaitMode::Busy,
@@ -513,7 +512,7 @@ fn a_reactor_that_never_idles_still_closes_dropped_connections() {
 
 #[test]
 fn a_stopped_node_refuses_new_connections_on_both_backends() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let mut c = Cluster::start(2, opts_for(backend), move |_, _| PingPong::ponger()).unwrap();
         let addr = c.nodes[1].addr;
         // While it runs, it accepts (on io_uring through the ring's multishot accept).
@@ -558,7 +557,7 @@ fn time_wait_on(ports: &HashSet<u16>) -> HashSet<(String, String)> {
 fn a_finished_job_leaves_nothing_in_time_wait_on_both_backends() {
     use weft::proto::relay::Relay;
     // Whether the FINs cross before the last close depends on timing: a few jobs each.
-    for backend in BACKENDS.into_iter().flat_map(|b| [b; 4]) {
+    for backend in Backend::ALL.into_iter().flat_map(|b| [b; 4]) {
         let n = 8;
         let c = Cluster::start(n, opts_for(backend), move |i, _| {
             Relay::new(i as u64, n as u64, 2, 3)
@@ -593,7 +592,7 @@ fn a_finished_job_leaves_nothing_in_time_wait_on_both_backends() {
 fn each_protocol_is_built_on_the_reactor_thread_that_runs_it() {
     // A node's state must come from its reactor's allocator arena: freed on another
     // thread's arena, every new view costs the reactor fresh pages.
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let (tx, rx) = std::sync::mpsc::channel();
         let c = Cluster::start(4, opts_for(backend), move |i, _| {
             let name = std::thread::current().name().map(str::to_owned);
@@ -679,7 +678,7 @@ impl weft::proto::Protocol for Pauser {
 
 #[test]
 fn adaptive_reactors_see_messages_after_blocking() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let c = Cluster::start(
             2,
             NodeOptions {
@@ -712,7 +711,7 @@ fn connections_use_the_congestion_control_weft_asks_for() {
     assert!(probe.status.success());
     let want = weft::engine::congestion::resolve(Some(weft::engine::congestion::PREFERRED))
         .expect("a probe socket");
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let cluster = Cluster::start(2, opts_for(backend), |i, ids| {
             if i == 0 {
                 PingPong::pinger(ids[1], vec![32], u64::MAX / 2, 1)
@@ -756,7 +755,7 @@ fn connections_use_the_congestion_control_weft_asks_for() {
 /// cap the node would queue for it without bound and say nothing.
 #[test]
 fn a_peer_that_stops_reading_is_suspected_at_the_queue_cap() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         a_peer_that_stops_reading_is_suspected_at_the_queue_cap_on(backend);
     }
 }
@@ -854,7 +853,7 @@ impl weft::proto::Protocol for Flood {
 /// program starts (a launcher's node process, a test's child) does not inherit it.
 #[test]
 fn accepted_sockets_are_not_inherited_by_child_processes() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::from_bytes([12; 32]);
         let c = Cluster::start(
             1,

@@ -90,7 +90,7 @@ impl Protocol for Herald {
 
 #[test]
 fn an_answer_to_a_suspicion_raised_by_a_failed_send_does_not_overtake_earlier_messages() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         let opts = NodeOptions {
             pin: false,
             backend: Some(backend),

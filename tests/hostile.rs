@@ -18,8 +18,6 @@ use weft::proto::Event;
 use weft::transport::{bind, spawn, JobKey, NodeHandle, NodeOptions, NodeSpec};
 use weft::NodeId;
 
-const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
-
 fn member_cfg() -> MembershipConfig {
     let quiet = Duration::from_secs(3600);
     MembershipConfig {
@@ -135,7 +133,7 @@ fn relay(
 /// kept (node 1's own dial yields to it, `engine/reactor/crossing.rs`).
 #[test]
 fn a_relay_without_the_key_cannot_speak_on_a_connection() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         for forged_mac in [false, true] {
             relay_cannot_speak_on(backend, forged_mac);
         }
@@ -193,7 +191,7 @@ fn relay_cannot_speak_on(backend: Backend, forged_mac: bool) {
 /// Nodes whose job parameters differ (another radix) refuse each other, saying both.
 #[test]
 fn nodes_with_other_job_parameters_are_refused() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::generate().unwrap();
         let o = opts(backend, &key);
         let other = NodeOptions {
@@ -226,7 +224,7 @@ fn nodes_with_other_job_parameters_are_refused() {
 /// nodes that hear the live one; the live one stays connected and unsuspected.
 #[test]
 fn a_second_process_with_a_live_id_is_refused() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::generate().unwrap();
         let o = opts(backend, &key);
         let (l0, l1) = (listener(), listener());
@@ -376,7 +374,7 @@ fn a_deferred_stranger_may_not_stream_auth_frames() {
     use weft::proto::ping::PingPong;
     use weft::wire::handshake::{Handshake, HandshakeError, Identity, Role};
     use weft::wire::FrameDecoder;
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::generate().unwrap();
         let o = opts(backend, &key);
         // Node 0 dials node 9 at an address that accepts and never answers: its dial stays
@@ -458,7 +456,7 @@ fn a_deferred_stranger_may_not_stream_auth_frames() {
 fn a_crossing_dial_reset_before_it_was_read_is_no_refusal() {
     use weft::proto::ping::PingPong;
     use weft::wire::handshake::{Handshake, Identity, Role};
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::generate().unwrap();
         let o = opts(backend, &key);
         // Node 0's dial to node 9 stays in its handshake: 9's address never answers.
@@ -513,7 +511,7 @@ fn a_crossing_dial_reset_before_it_was_read_is_no_refusal() {
 /// A member no address is known for is suspected (as a refused dial), not asked for forever.
 #[test]
 fn a_member_without_an_address_is_suspected() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::generate().unwrap();
         let o = opts(backend, &key);
         let (l0, l1) = (listener(), listener());
@@ -542,7 +540,7 @@ fn a_member_without_an_address_is_suspected() {
 /// "closed by peer" beside a view of one.
 #[test]
 fn a_dial_closed_during_the_handshake_names_the_likely_key_mismatch() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::generate().unwrap();
         let o = opts(backend, &key);
         let (l0, fake) = (listener(), listener());

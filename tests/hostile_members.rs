@@ -26,8 +26,6 @@ use weft::wire::handshake::{Identity, Role};
 use weft::wire::{write_frame, write_sealed_frame, Kind};
 use weft::NodeId;
 
-const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
-
 /// What a peer that stops reading may leave queued before it is dropped: small, so the flood
 /// reaches it fast.
 const MAX_QUEUED: usize = 1 << 20;
@@ -92,7 +90,7 @@ fn refused_for(c: &Cluster<PingPong>, s: &mut TcpStream, why: &str, what: &str, 
 
 #[test]
 fn members_that_misbehave_are_refused_one_connection_at_a_time() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         if backend == Backend::Uring && weft::engine::uring_unavailable().is_some() {
             common::skip::skip("io_uring unavailable");
             continue;

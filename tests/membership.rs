@@ -32,7 +32,7 @@ fn config(nodes: u32, fail: Fail, mode: TreeMode, backend: Backend) -> BenchConf
 
 #[test]
 fn every_failure_kind_ends_in_one_view_on_both_backends() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         for fail in [
             Fail::Leaf,
             Fail::Inner,
@@ -64,7 +64,7 @@ fn every_failure_kind_ends_in_one_view_on_both_backends() {
 /// acknowledging, and the root waited for ever (it restarts nothing).
 #[test]
 fn collected_failures_end_in_one_view_on_both_backends() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         for mode in [TreeMode::Patch, TreeMode::Rebalance] {
             let cfg = BenchConfig {
                 collect: true,
@@ -87,7 +87,7 @@ fn collected_failures_end_in_one_view_on_both_backends() {
 /// takes over every time, and the survivors agree on one view.
 #[test]
 fn root_failover_past_dead_successors_on_both_backends() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         for (n, fail) in [
             (16, Fail::RootPlus(1)),
             (4, Fail::RootPlus(1)),
@@ -108,7 +108,7 @@ fn root_failover_past_dead_successors_on_both_backends() {
 /// either way, so the node killed is the victim and the survivors agree on exactly the rest.
 #[test]
 fn both_placements_kill_the_victims_and_agree() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         for placement in [Placement::Subtree, Placement::RoundRobin] {
             let cfg = BenchConfig {
                 placement,
@@ -141,7 +141,7 @@ fn the_benchmark_summarizes_repeated_trials() {
 /// and the joiner end on the view with it, on both backends and in both tree modes.
 #[test]
 fn the_join_benchmark_admits_the_newcomer_everywhere() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         for mode in [TreeMode::Patch, TreeMode::Rebalance] {
             let cfg = BenchConfig {
                 join: true,
@@ -198,7 +198,7 @@ fn wait_for(
 
 #[test]
 fn a_new_node_joins_over_real_sockets() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         let n = 12;
         let opts = config(n, Fail::Leaf, TreeMode::Patch, backend).opts;
         let c = Cluster::start(n as usize + 1, opts, move |i, ids| {
@@ -228,7 +228,7 @@ fn a_new_node_joins_over_real_sockets() {
 
 #[test]
 fn a_killed_node_recovers_with_its_old_id() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         recovers(NodeId(7), TreeMode::Patch, backend);
     }
 }
@@ -237,7 +237,7 @@ fn a_killed_node_recovers_with_its_old_id() {
 /// root comes back with its id every process (itself included) agrees it is the root again.
 #[test]
 fn a_recovered_root_takes_the_root_back_in_lowest_mode() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         recovers(NodeId(0), TreeMode::Lowest, backend);
     }
 }

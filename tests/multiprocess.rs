@@ -13,7 +13,7 @@ use weft::proto::membership::TreeMode;
 
 #[test]
 fn killed_processes_are_excluded_by_every_survivor() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         for fail in [Fail::Inner, Fail::Root] {
             let opts = job_options(WaitMode::Block, Some(backend));
             let cfg = BenchConfig {

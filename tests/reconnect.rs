@@ -17,8 +17,6 @@ use weft::transport::{Cluster, NodeOptions};
 use weft::wire::handshake::{Identity, JobKey, Role};
 use weft::NodeId;
 
-const BACKENDS: [Backend; 2] = [Backend::Poll, Backend::Uring];
-
 fn reconnecting(backend: Backend) -> NodeOptions {
     NodeOptions {
         pin: false,
@@ -42,7 +40,7 @@ fn suspicions(seen: &[(NodeId, NodeEvent)]) -> Vec<&(NodeId, NodeEvent)> {
 /// one is suspected, and the connections really were new (one authentication each).
 #[test]
 fn every_message_on_its_own_connection_arrives_and_nobody_is_suspected() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let sizes = vec![8, 100_000];
         let plan = sizes.clone();
         let c = Cluster::start(2, reconnecting(backend), move |i, ids| {
@@ -113,7 +111,7 @@ impl Protocol for Chatter {
 /// it with the stopped peer now and then and never sent again.)
 #[test]
 fn a_stopped_peer_is_still_suspected() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let mut c = Cluster::start(2, reconnecting(backend), move |i, ids| Chatter {
             peer: (i == 0).then_some(ids[1]),
             seq: 0,
@@ -140,7 +138,7 @@ fn a_stopped_peer_is_still_suspected() {
 /// new connection.
 #[test]
 fn the_bmg_builds_over_released_connections() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         common::overlay::builds_the_bmg(2, reconnecting(backend));
     }
 }
@@ -151,7 +149,7 @@ fn the_bmg_builds_over_released_connections() {
 /// nothing else was sent to the peer, so nobody ever suspected it.
 #[test]
 fn a_peer_that_dies_during_a_goodbye_is_suspected() {
-    for backend in BACKENDS {
+    for backend in Backend::ALL {
         let key = JobKey::from_bytes([5; 32]);
         let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let listener = weft::transport::bind("127.0.0.1:0".parse().unwrap()).unwrap();

@@ -25,7 +25,7 @@ const BURST: u64 = 16;
 
 #[test]
 fn a_stranger_flood_is_counted_not_listed() {
-    for backend in [Backend::Poll, Backend::Uring] {
+    for backend in Backend::ALL {
         a_stranger_flood_is_counted_not_listed_on(backend);
     }
 }

@@ -61,6 +61,11 @@ pub enum Backend {
     Poll,
 }
 
+impl Backend {
+    /// Both backends, for code (and tests) that runs the same thing on each.
+    pub const ALL: [Backend; 2] = [Backend::Poll, Backend::Uring];
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
