@@ -20,7 +20,7 @@ use weft::wire::frame::{write_frame, FrameHeader, Kind};
 use weft::wire::handshake::{Identity, JobKey};
 use weft::NodeId;
 
-/// Every engine test runs on both backends (the monoio habit).
+// Every engine test runs on both backends (the monoio habit): `Backend::ALL`.
 
 fn opts_for(backend: Backend) -> NodeOptions {
     NodeOptions {
