@@ -311,3 +311,62 @@ fn a_terminated_node_leaves_the_view_and_exits_0() {
         let _ = c.wait();
     }
 }
+
+/// A recovered process comes to a running job: a peer that refuses it is dead, not late. n0
+/// and n1 of four die; n0 comes back with `--recover`, asks n1 (dead) on its way round the
+/// list, and is welcomed by the view of n2 and n3. It used to keep redialing n1 with the
+/// start-up backoff for the whole 60 s grace, a `refused n1` line a second; now n1 is one
+/// refused dial and then a suspicion.
+#[test]
+fn a_recovered_node_does_not_keep_dialing_a_dead_peer() {
+    let key = JobKey::generate().unwrap();
+    let ports = free_ports(4);
+    let mut nodes: Vec<Option<(Child, Receiver<String>)>> = (0..4)
+        .map(|id| Some(start(id, &ports, &key, &[])))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut heard = std::collections::HashSet::new();
+    read_until(&nodes[0].as_ref().unwrap().1, deadline, |v| {
+        if v["kind"] == "authenticated" {
+            heard.insert(v["peer"].as_u64().unwrap());
+        }
+        heard.len() == 3
+    });
+    assert_eq!(heard.len(), 3, "n0 never heard from everyone");
+    for victim in [0, 1] {
+        let (mut c, _) = nodes[victim].take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    // The survivors settle on [2, 3] before n0 comes back.
+    let want = serde_json::json!([2, 3]);
+    for id in [2, 3] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let rx = &nodes[id].as_ref().unwrap().1;
+        let seen = read_until(rx, deadline, |v| v["kind"] == "view" && v["view"] == want);
+        assert!(seen.iter().any(|v| v["view"] == want), "n{id}: {seen:?}");
+    }
+    let (mut back, rx) = start(0, &ports, &key, &["--recover"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = read_until(&rx, deadline, |v| v["kind"] == "joined");
+    assert!(
+        seen.iter().any(|v| v["kind"] == "joined"),
+        "n0 never got back in: {seen:?}"
+    );
+    // Two seconds after it is back: the start-up backoff would have dialed n1 four times more.
+    let after = read_until(&rx, Instant::now() + Duration::from_secs(2), |_| false);
+    let redials = seen
+        .iter()
+        .chain(&after)
+        .filter(|v| {
+            v["kind"] == "refused" && v["why"].as_str().is_some_and(|w| w.starts_with("n1:"))
+        })
+        .count();
+    assert!(redials <= 1, "n0 kept dialing dead n1: {redials} refusals");
+    let _ = back.kill();
+    let _ = back.wait();
+    for (mut c, _) in nodes.into_iter().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

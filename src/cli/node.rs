@@ -110,7 +110,8 @@ pub struct NodeArgs {
     /// Start-up is not a failure: for this many ms after start, a peer never reached that
     /// refuses a dial (not listening yet) is tried again with backoff instead of suspected.
     /// Default: 60 000 with a fixed `--peers` list (processes started apart), 0 when the list
-    /// comes on stdin or from a launcher (everyone listens before the list is handed out).
+    /// comes on stdin or from a launcher (everyone listens before the list is handed out) and
+    /// for `--join` and `--recover` (the job is running: a peer that refuses is dead).
     /// Under a launcher it also bounds the address exchange (default 60 000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     startup_timeout_ms: Option<u64>,
@@ -250,11 +251,16 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         heartbeat: heartbeat(a.heartbeat_us, a.suspect_after)?,
     };
     let fixed_list = matches!(place, Place::Given { peers: Some(_), .. });
+    // A joining or recovered process comes to a job that started long ago: a peer that
+    // refuses it is dead, not late (a recovered n0 redialed a dead n1 every second for 60 s,
+    // long after its view excluded n1).
+    let arriving = a.join || a.recover;
     let startup =
-        Duration::from_millis(
-            a.startup_timeout_ms
-                .unwrap_or(if fixed_list { 60_000 } else { 0 }),
-        );
+        Duration::from_millis(a.startup_timeout_ms.unwrap_or(if fixed_list && !arriving {
+            60_000
+        } else {
+            0
+        }));
     let opts = NodeOptions {
         backend: a.backend.map(Into::into),
         pin: false,
