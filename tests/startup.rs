@@ -53,6 +53,20 @@ fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// Wait until n0 (whose reports `rx` gives) has authenticated `others` distinct peers: the
+/// job has formed.
+fn n0_hears_all(rx: &Receiver<String>, others: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut heard = std::collections::HashSet::new();
+    read_until(rx, deadline, |v| {
+        if v["kind"] == "authenticated" {
+            heard.insert(v["peer"].as_u64().unwrap());
+        }
+        heard.len() == others
+    });
+    assert_eq!(heard.len(), others, "n0 never heard from everyone");
+}
+
 /// The report lines of `rx` until `until` says stop or `deadline` passes.
 fn read_until(
     rx: &Receiver<String>,
@@ -260,15 +274,7 @@ fn a_terminated_node_leaves_the_view_and_exits_0() {
         nodes.push(Some(start(id, &ports, &key, extra)));
     }
     // Formed: n0 heard from its four children.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut heard = std::collections::HashSet::new();
-    read_until(&nodes[0].as_ref().unwrap().1, deadline, |v| {
-        if v["kind"] == "authenticated" {
-            heard.insert(v["peer"].as_u64().unwrap());
-        }
-        heard.len() == 4
-    });
-    assert_eq!(heard.len(), 4, "n0 never heard from everyone");
+    n0_hears_all(&nodes[0].as_ref().unwrap().1, 4);
     let term = |c: &Child, sig| {
         // SAFETY: a signal to a child this test started.
         assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
@@ -324,15 +330,7 @@ fn a_recovered_node_does_not_keep_dialing_a_dead_peer() {
     let mut nodes: Vec<Option<(Child, Receiver<String>)>> = (0..4)
         .map(|id| Some(start(id, &ports, &key, &[])))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut heard = std::collections::HashSet::new();
-    read_until(&nodes[0].as_ref().unwrap().1, deadline, |v| {
-        if v["kind"] == "authenticated" {
-            heard.insert(v["peer"].as_u64().unwrap());
-        }
-        heard.len() == 3
-    });
-    assert_eq!(heard.len(), 3, "n0 never heard from everyone");
+    n0_hears_all(&nodes[0].as_ref().unwrap().1, 3);
     for victim in [0, 1] {
         let (mut c, _) = nodes[victim].take().unwrap();
         c.kill().unwrap();
