@@ -52,6 +52,9 @@
 //!   at once whether or not it is a tree neighbor. A process excluded while it hung beats on
 //!   when it wakes; the process it beats to shows it the view (`Excluded`), so it asks back
 //!   in before its own deadline makes it blame a predecessor that moved on without it.
+//! - A process may leave on purpose ([`Membership::leave`], SIGTERM in `weft node`): it reports
+//!   itself to the root as a failure, which the root handles as one but reports as
+//!   [`MemberEvent::Left`]; the paper has no leave.
 //! - With probing on, lost messages are sent again on the probe clock, a child that never
 //!   acknowledges is suspected (the FAILURE_ACK timeout), and views that split (a partition,
 //!   false suspicions both ways) merge again under the lower root ([`repair`]; ICS'06 lets a
