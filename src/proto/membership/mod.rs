@@ -580,6 +580,9 @@ pub struct Membership {
     leaving: bool,
     /// `Left` was reported for this process itself.
     left_reported: bool,
+    /// At the root: processes that said goodbye, shown the view without them once it is
+    /// stable, so that no member still holding them sees their connections go (a detection).
+    leavers: BTreeSet<NodeId>,
     /// Set from outside (a signal handler) to ask this process to leave at its next wake.
     leave_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -643,6 +646,7 @@ impl Membership {
             grace: StartupGrace::none(),
             leaving: false,
             left_reported: false,
+            leavers: BTreeSet::new(),
             leave_flag: None,
         };
         m.nb = m.neighbors_in_state();
@@ -994,6 +998,17 @@ impl Membership {
                     epoch,
                     at: self.now,
                 }));
+                // Those that said goodbye and are out of this stable view: they may go.
+                let gone: Vec<NodeId> = self
+                    .leavers
+                    .iter()
+                    .copied()
+                    .filter(|&l| !self.is_live(l))
+                    .collect();
+                for l in gone {
+                    self.leavers.remove(&l);
+                    out.send(l, MemberMsg::Excluded(self.state.clone()));
+                }
                 // A joiner whose incarnation died meanwhile is not welcomed: it asks again.
                 for j in std::mem::take(&mut self.welcome) {
                     if self.is_live(j) {
@@ -1246,12 +1261,13 @@ impl Membership {
                         at: self.now,
                     }));
                 }
+                if goodbye {
+                    // The new tree leaves it out: it is shown the view it left once every
+                    // member holds that view (`maybe_ack`).
+                    self.leavers.insert(failed);
+                }
                 if i_am_root {
                     self.root_handles(failed, false, out);
-                    if goodbye {
-                        // The new tree leaves it out: show it the view it left.
-                        out.send(failed, MemberMsg::Excluded(self.state.clone()));
-                    }
                 } else if self.joining.is_none() {
                     // Not (or no longer) the root: pass it on.
                     out.send(self.nb.root, MemberMsg::NodeFailure { failed });
@@ -1273,10 +1289,8 @@ impl Membership {
                     if let Some(p) = self.position(failed) {
                         self.suspected.insert(failed, p);
                     }
+                    self.leavers.insert(failed);
                     self.chase_root(failed, out);
-                    if self.nb.root == self.me {
-                        out.send(from, MemberMsg::Excluded(self.state.clone()));
-                    }
                     return;
                 }
                 if let Some(p) = self.position(failed).filter(|p| !self.dead.contains(p)) {
