@@ -799,6 +799,37 @@ impl Driver {
         Ok((r, v))
     }
 
+    /// What each survivor last installed, for an error that says why no stabilization came:
+    /// the views a root reported at once (`reported`) and, from the others, what they held.
+    fn last_views(&mut self, survivors: &[u64], reported: &HashMap<u64, ViewReport>) -> String {
+        let ranks: Vec<u32> = survivors.iter().map(|&s| s as u32).collect();
+        for &r in &ranks {
+            if self.tell(r as usize, json!({"c": "flush"})).is_err() {
+                return "the survivors' views could not be asked for".into();
+            }
+        }
+        let mut seen = Vec::new();
+        let Ok(flushed) = self.these_say(&ranks, "flushed", &mut seen) else {
+            return "the survivors did not say what they installed".into();
+        };
+        let mut out = Vec::new();
+        for (&r, reply) in ranks.iter().zip(flushed) {
+            let held: &[Value] = reply["evs"].as_array().map_or(&[], Vec::as_slice);
+            let last = held
+                .iter()
+                .rfind(|l| l["ev"]["kind"] == "view")
+                .map(|l| view_report(&l["ev"]))
+                .or_else(|| reported.get(&u64::from(r)).cloned());
+            out.push(match last {
+                Some(((epoch, root), view)) => {
+                    format!("n{r} in epoch {epoch} of root n{root} with {view:?}")
+                }
+                None => format!("n{r} installed no view"),
+            });
+        }
+        format!("the survivors last installed: {}", out.join("; "))
+    }
+
     /// Wait until every rank has answered `want` (events that come meanwhile go to `seen`).
     fn all_say(&self, want: &str, seen: &mut Vec<(u32, Value)>) -> Result<Vec<Value>, BenchError> {
         let all: Vec<u32> = (0..self.down.len() as u32).collect();
@@ -1028,10 +1059,17 @@ impl Driver {
         let (epoch, stable_at) = loop {
             let (who, v) = match pending.next() {
                 Some(x) => x,
-                None => self.next(
+                None => match self.next(
                     deadline,
                     &format!("no stabilization after killing {victims:?}"),
-                )?,
+                ) {
+                    Ok(x) => x,
+                    Err(BenchError::Timeout(t, what)) => {
+                        let last = self.last_views(&survivors, &last_view);
+                        return Err(BenchError::Timeout(t, format!("{what}; {last}")));
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             if v["r"] == "killed" {
                 let at = on_ours(who, v["ns"].as_u64().unwrap_or(0));

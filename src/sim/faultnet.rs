@@ -122,16 +122,22 @@ impl LinkFaults {
     }
 }
 
-/// Which side of a partition each process is on (`None`: no partition).
+/// Which side of a partition each process is on (`None`: no partition). A process on
+/// [`Sides::BRIDGE`] reaches every side: a cut that is not transitive, as when the link
+/// between two hosts goes down and a third host still reaches both.
 #[derive(Clone, Debug, Default)]
 pub struct Sides(Option<Vec<u8>>);
 
 impl Sides {
+    /// The side that no partition separates from any other.
+    pub const BRIDGE: u8 = u8::MAX;
+
     /// Whether a partition separates `a` from `b`.
     pub fn cut(&self, a: u32, b: u32) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|s| s.get(a as usize) != s.get(b as usize))
+        self.0.as_ref().is_some_and(|s| {
+            let (x, y) = (s.get(a as usize), s.get(b as usize));
+            x != y && x != Some(&Self::BRIDGE) && y != Some(&Self::BRIDGE)
+        })
     }
 
     /// Form a partition: process `i` is on side `side[i]`.
@@ -191,5 +197,13 @@ mod tests {
         assert!(!s.cut(0, 1) && s.cut(0, 2) && s.cut(2, 1));
         s.heal();
         assert!(!s.cut(0, 2) && !s.standing());
+    }
+
+    #[test]
+    fn a_bridge_reaches_both_sides_of_a_cut() {
+        let mut s = Sides::default();
+        s.form(vec![0, 1, Sides::BRIDGE]);
+        assert!(s.cut(0, 1) && s.cut(1, 0));
+        assert!(!s.cut(0, 2) && !s.cut(2, 1) && !s.cut(2, 0));
     }
 }

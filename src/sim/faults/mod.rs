@@ -97,7 +97,8 @@ pub enum Fault {
         /// How long.
         for_us: u64,
     },
-    /// Process `i` is on side `sides[i]` until the partition heals `for_us` later.
+    /// Process `i` is on side `sides[i]` until the partition heals `for_us` later; one on
+    /// [`crate::sim::faultnet::Sides::BRIDGE`] reaches every side.
     Partition {
         /// When.
         at_us: u64,
@@ -528,6 +529,24 @@ pub fn draw(protocol: FaultProtocol, seed: u64, max_nodes: u32) -> Schedule {
             at_us,
             gap_ns,
             others,
+        });
+    }
+    // And after those: one schedule in five cuts a link that is not the only way across,
+    // as between two hosts of three (each process on one side or on the bridge, which
+    // reaches both).
+    if rng.chance(0.2) {
+        let at_us = rng.below(HORIZON_US);
+        let sides = (0..total)
+            .map(|_| match rng.below(3) {
+                0 => 0,
+                1 => 1,
+                _ => crate::sim::faultnet::Sides::BRIDGE,
+            })
+            .collect();
+        faults.push(Fault::Partition {
+            at_us,
+            sides,
+            for_us: rng.range(100, 8_000),
         });
     }
     faults.sort_by_key(Fault::at_us);
