@@ -1102,11 +1102,11 @@ impl Membership {
             return; // welcomed when the epoch on its way stabilizes
         }
         if live && seen <= self.state.epoch {
-            if self.waiting.is_empty() {
-                out.send(id, MemberMsg::JoinDetAck(self.state.clone()));
-            } else {
-                self.welcome.insert(id);
-            }
+            // A member that left its view for this one (a split) or asks again: welcomed into
+            // the installed epoch at once, even while it is on its way. The asker forgot its
+            // state and acknowledges nothing before its welcome, so an epoch whose tree holds
+            // it would wait for it forever if the welcome waited for that epoch.
+            out.send(id, MemberMsg::JoinDetAck(self.state.clone()));
             return;
         }
         let mut next = self.next_state();
@@ -1376,14 +1376,10 @@ impl Membership {
                     if newer && r.root == self.me {
                         self.take_handed(from, r, out);
                     } else if newer {
-                        self.seen_epoch = self.seen_epoch.max(r.epoch);
-                        self.adopt(r);
-                        out.report(Event::Member(MemberEvent::ViewChanged {
-                            epoch: self.state.epoch,
-                            root: self.state.root,
-                            view: self.view.clone(),
-                            at: self.now,
-                        }));
+                        // Installed as a state from its parent would be: its children in this
+                        // tree get it, and its parent its acknowledgment (the epoch may still
+                        // be on its way, waiting for this process).
+                        self.install(r, MemberMsg::NewNodeJoin, true, out);
                     } else {
                         // Already in this epoch's tree (or a later one): take up its place.
                         self.nb = self.neighbors_in_state();
