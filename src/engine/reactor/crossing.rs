@@ -23,9 +23,9 @@
 //! unauthenticated, like everything before Auth; what a stranger can do with one (delay a
 //! dial by a handshake timeout) it could do by holding the connection without a word.
 
-use super::backend::Backend;
 use super::conn::Conn;
 use super::dispatch::push;
+use super::driver::Driver;
 use super::error::ConnError;
 use super::Reactor;
 use crate::proto::Protocol;
@@ -37,7 +37,7 @@ use std::time::Duration;
 /// round trips unless a SYN was lost (retried after 1 s) or the peer failed.
 pub(super) const DEFER_WAIT: Duration = Duration::from_secs(1);
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

@@ -1,11 +1,11 @@
 //! The message path of a reactor: connections opened and closed, bytes read and cut into
 //! frames, handshakes, authenticated messages handed to protocols, and what protocols send
 //! framed and routed. Everything here is the same for both backends; what differs goes
-//! through [`Backend`].
+//! through [`Driver`].
 
-use super::backend::{Backend, IoEvent};
 use super::conn::{bound_silence, Conn};
 use super::conns::ConnId;
+use super::driver::{Driver, IoEvent};
 use super::error::ConnError;
 use super::release::Goodbye;
 use super::{Due, NodeEvent, Reactor};
@@ -24,7 +24,7 @@ use std::os::fd::AsRawFd;
 /// streams never grows a buffer (it took 19 MiB per connection before).
 pub(super) const PREAUTH_MAX: usize = 2 * (16 + MAX_HANDSHAKE_BODY as usize);
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

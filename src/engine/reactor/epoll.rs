@@ -5,8 +5,8 @@
 //! sender's delivery path (+0.2 µs one-way at 32 B, measured on a std ping-pong).
 
 use super::accept::{self, AcceptFailure};
-use super::backend::{Backend, Events, IoEvent, Turn};
 use super::conns::{ConnId, Conns};
+use super::driver::{Driver, Events, IoEvent, Turn};
 use super::error::ConnError;
 use super::{EngineError, ReactorConfig, FIRST_CONN, LISTENERS};
 use mio::net::{TcpListener, TcpStream};
@@ -15,7 +15,7 @@ use std::io::ErrorKind;
 use std::net::SocketAddr;
 
 /// The epoll backend's own state: none beyond the registrations the kernel keeps.
-pub(super) struct Epoll;
+pub(super) struct EpollDriver;
 
 /// Have epoll report `slot`'s socket, readable and writable, edge-triggered.
 fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::Result<()> {
@@ -26,7 +26,7 @@ fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::R
     )
 }
 
-impl Backend for Epoll {
+impl Driver for EpollDriver {
     fn new(_: &ReactorConfig, _: &Poll) -> Result<Self, EngineError> {
         Ok(Self)
     }

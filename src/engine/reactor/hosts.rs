@@ -1,8 +1,8 @@
 //! The nodes a reactor hosts, and their life: what each one is, whom it may reach, how it
 //! reports, how its peers' incarnations are kept apart, and how it stops.
 
-use super::backend::Backend;
 use super::conn::{reset, Ending};
+use super::driver::Driver;
 use super::error::{ConnError, Refusal};
 use super::refusals::{Refusals, Verdict};
 use super::strangers::Strangers;
@@ -86,7 +86,7 @@ impl Cold {
     }
 }
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

@@ -6,7 +6,7 @@
 //! receive costs each message a wake-up callback in the sender's delivery path and deferred
 //! work in the receiver's next `io_uring_enter`, which a direct `recv` on a socket nothing
 //! watches does not (see `bluegene_notes/engine-latency.md#the-hot-set`). The backend lets go
-//! of a hot connection meanwhile, and takes it back ([`super::backend::Backend::resume`]) when
+//! of a hot connection meanwhile, and takes it back ([`super::driver::Driver::resume`]) when
 //! it cools or the reactor is about to block.
 
 use super::conns::ConnId;

@@ -3,8 +3,8 @@
 //! rarely comes alone: when a process dies, its peers on this reactor lose theirs in one turn,
 //! and the reports of the failure would wait behind every teardown.
 
-use super::backend::Backend;
 use super::conn::{reset, Ending};
+use super::driver::Driver;
 use super::{EngineError, Reactor};
 use crate::proto::Protocol;
 use crate::wire::Framed;
@@ -18,7 +18,7 @@ pub(super) const BURY_PER_TURN: usize = 2;
 /// steady stream spends at most a few percent on teardowns, and their peers see the end.
 const BURY_AFTER: u32 = 1024;
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

@@ -11,8 +11,8 @@
 //! known, the protocol hears `on_suspect(peer)`.
 //!
 //! Files, along the reactor's seams: this one has the loop and the public types;
-//! `backend.rs` the seam to the I/O (typed events in, connections through the table), with
-//! `ring.rs` (io_uring) and `epoll.rs` behind it; `conns.rs` the connection table and
+//! `driver.rs` the seam to the I/O, a `Driver` per [`Backend`] (typed events in, connections
+//! through the table), with `ring.rs` (io_uring) and `epoll.rs` behind it; `conns.rs` the connection table and
 //! `conn.rs` a connection; `hot.rs` the connections a spinning reactor reads itself;
 //! `hosts.rs` the hosted nodes' life; `dispatch.rs` frames, handshakes, messages and routes;
 //! `strangers.rs` which unauthenticated connection makes room when they crowd a node;
@@ -22,11 +22,11 @@
 //! `error.rs` why a connection ends; `last_write.rs` how a long queue's last write is cut.
 
 mod accept;
-mod backend;
 mod conn;
 mod conns;
 mod crossing;
 mod dispatch;
+mod driver;
 mod epoll;
 mod error;
 mod hosts;
@@ -43,22 +43,22 @@ pub use error::{ConnError, IoFailure, Refusal};
 
 use super::clock::Clock;
 use super::timers::Timers;
-use super::{Backend as BackendKind, EngineError, ReactorOptions, WaitMode, SPIN};
+use super::{Backend, EngineError, ReactorOptions, WaitMode, SPIN};
 use crate::id::IdMap;
 use crate::proto::{Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::Identity;
 use crate::wire::Framed;
 use crate::NodeId;
-use backend::{Backend, Turn};
 use conn::Ending;
 use conns::Conns;
-use epoll::Epoll;
+use driver::{Driver, Turn};
+use epoll::EpollDriver;
 use hosts::{Cold, Host};
 use hot::Hot;
 use lost::BURY_PER_TURN;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Poll, Token};
-use ring::Ring;
+use ring::UringDriver;
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -140,7 +140,7 @@ pub struct ReactorConfig {
     /// What the user set.
     pub options: ReactorOptions,
     /// Receive path: io_uring multishot receive, or epoll readiness + `recv`.
-    pub backend: BackendKind,
+    pub backend: Backend,
     /// Time zero of the protocol's clock. Nodes of one process that share it report times
     /// that can be compared (a detection on one node, a stabilization on another).
     pub epoch: Instant,
@@ -186,8 +186,8 @@ enum Due {
     Redial(usize, NodeId),
 }
 
-/// The event loop of one thread and the nodes it hosts, doing its I/O through `B` (see
-/// `backend.rs`).
+/// The event loop of one thread and the nodes it hosts, doing its I/O through the driver `B`
+/// (see `driver.rs`).
 struct Reactor<P: Protocol, B> {
     cfg: ReactorConfig,
     poll: Poll,
@@ -212,10 +212,10 @@ struct Reactor<P: Protocol, B> {
     /// authenticated) with the session the handshake gives.
     held: IdMap<usize, Vec<P::Msg>>,
     /// What the backend reported and the reactor has yet to act on.
-    io_events: backend::Events,
+    io_events: driver::Events,
     stop: bool,
     /// The backend's own state. Dropped after the connections (their sockets close first)
-    /// and, for a ring, before the buffers its requests use (see [`Ring`]).
+    /// and, for a ring, before the buffers its requests use (see [`UringDriver`]).
     io: B,
     /// The connections a spinning reactor reads itself.
     hot: Hot,
@@ -242,8 +242,8 @@ pub struct Started<P: Protocol>(Either<P>);
 /// thread, moved once into its `run`: the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum Either<P: Protocol> {
-    Poll(Reactor<P, Epoll>),
-    Uring(Reactor<P, Ring>),
+    Poll(Reactor<P, EpollDriver>),
+    Uring(Reactor<P, UringDriver>),
 }
 
 impl<P: Protocol> Started<P>
@@ -259,8 +259,8 @@ where
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
     ) -> Result<Self, EngineError> {
-        if cfg.backend == BackendKind::Uring {
-            let refusal = match Ring::new(&cfg, &poll) {
+        if cfg.backend == Backend::Uring {
+            let refusal = match UringDriver::new(&cfg, &poll) {
                 Ok(io) => {
                     let r = Reactor::new(io, cfg, poll, hosts, commands, events)?;
                     return Ok(Self(Either::Uring(r)));
@@ -271,25 +271,25 @@ where
                 Err(e) => return Err(e),
             };
             if !cfg.fallback {
-                return Err(EngineError::Backend(BackendKind::Uring, refusal));
+                return Err(EngineError::Backend(Backend::Uring, refusal));
             }
             crate::engine::say_fallback(&refusal, "a reactor without a ring uses poll (epoll)");
         }
         let cfg = ReactorConfig {
-            backend: BackendKind::Poll,
+            backend: Backend::Poll,
             ..cfg
         };
-        let io = Epoll::new(&cfg, &poll)?;
+        let io = EpollDriver::new(&cfg, &poll)?;
         let r = Reactor::new(io, cfg, poll, hosts, commands, events)?;
         Ok(Self(Either::Poll(r)))
     }
 
     /// The backend it runs on: the one asked for, or poll if it fell back
     /// ([`ReactorConfig::fallback`]).
-    pub fn backend(&self) -> BackendKind {
+    pub fn backend(&self) -> Backend {
         match self.0 {
-            Either::Poll(_) => BackendKind::Poll,
-            Either::Uring(_) => BackendKind::Uring,
+            Either::Poll(_) => Backend::Poll,
+            Either::Uring(_) => Backend::Uring,
         }
     }
 
@@ -302,7 +302,7 @@ where
     }
 }
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {
@@ -349,7 +349,7 @@ where
             events,
             inbox: Vec::new(),
             held: IdMap::default(),
-            io_events: backend::Events::new(),
+            io_events: driver::Events::new(),
             stop: false,
             io,
             hot: Hot::default(),

@@ -23,8 +23,8 @@
 //! [`ReactorOptions::reconnect`]: crate::engine::ReactorOptions::reconnect
 //! [`Kind::Bye`]: crate::wire::Kind::Bye
 
-use super::backend::Backend;
 use super::conn::Ending;
+use super::driver::Driver;
 use super::error::ConnError;
 use super::{EngineError, Reactor};
 use crate::proto::Protocol;
@@ -59,7 +59,7 @@ impl<M> Default for Releasing<M> {
     }
 }
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

@@ -3,9 +3,9 @@
 //! frame's buffer, sends, connects, accepts). epoll only watches the ring's eventfd (and the
 //! commands' waker), so a blocked reactor wakes for either.
 
-use super::backend::{Backend, Events, IoEvent, Turn};
 use super::conn::{SendOp, MAX_IOV};
 use super::conns::{ConnId, Conns, GEN_MASK};
+use super::driver::{Driver, Events, IoEvent, Turn};
 use super::error::ConnError;
 use super::{EngineError, ReactorConfig, RING};
 use crate::engine::uring::Uring;
@@ -60,7 +60,7 @@ fn writes_direct(sent_direct: bool, len: usize, zerocopy_min: usize) -> bool {
 
 /// The io_uring backend's state: the ring, and what the kernel holds of ours until it
 /// completes a request.
-pub(super) struct Ring {
+pub(super) struct UringDriver {
     /// The tables below hold memory the kernel uses until a request completes; see `Drop`.
     ring: Uring,
     /// Sends in flight, by id (they outlive their connection if it closes first).
@@ -89,7 +89,7 @@ pub(super) struct Ring {
     zerocopy_min: usize,
 }
 
-impl Drop for Ring {
+impl Drop for UringDriver {
     /// The tables hold memory the ring's requests use: they are freed only once the kernel
     /// has let go of every request ([`Uring::let_go`]), and leaked, like the ring's own
     /// buffers, if it has not.
@@ -117,7 +117,7 @@ enum Done {
     Failed(ConnId, Box<ConnError>),
 }
 
-impl Backend for Ring {
+impl Driver for UringDriver {
     fn new(cfg: &ReactorConfig, poll: &Poll) -> Result<Self, EngineError> {
         let (count, size) = cfg.options.recv_buffers;
         if !count.is_power_of_two() || size == 0 {
@@ -395,7 +395,7 @@ impl Backend for Ring {
     }
 
     /// Its armed receive is cancelled by name, now: one look in the kernel's hash of armed
-    /// requests. Left to the teardown's cancel-everything ([`Backend::finish`]), each
+    /// requests. Left to the teardown's cancel-everything ([`Driver::finish`]), each
     /// receive cost the kernel a scan of all that were left, and stopping a 512-node
     /// cluster took a second. A receive that was not armed answers `ENOENT`, ignored.
     fn forget(&mut self, _: &Poll, _: &mut TcpStream, (slot, generation): ConnId) {
@@ -458,7 +458,7 @@ impl Backend for Ring {
     }
 }
 
-impl Ring {
+impl UringDriver {
     /// A send handed to the ring unless one is in flight; a turn's first one is written at
     /// once instead, unless it is very large or zero-copy ([`writes_direct`]).
     fn send_queued(&mut self, conns: &mut Conns, slot: usize) -> Result<(), ConnError> {

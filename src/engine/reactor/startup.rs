@@ -11,8 +11,8 @@
 //!
 //! [`ReactorOptions::startup_grace`]: crate::engine::ReactorOptions::startup_grace
 
-use super::backend::Backend;
 use super::crossing::DEFER_WAIT;
+use super::driver::Driver;
 use super::error::ConnError;
 use super::{Due, EngineError, Reactor};
 use crate::proto::{Protocol, Time};
@@ -65,7 +65,7 @@ fn not_there_yet(why: &ConnError) -> bool {
     }
 }
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

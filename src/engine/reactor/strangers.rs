@@ -17,9 +17,9 @@
 //! the oldest reaches its grace while more than the bound still wait (a timer), or when
 //! `accept` finds no descriptor free.
 
-use super::backend::Backend;
 use super::conn::Ending;
 use super::conns::Conns;
+use super::driver::Driver;
 use super::error::ConnError;
 use super::{Due, EngineError, Reactor};
 use crate::proto::{Protocol, Time};
@@ -113,7 +113,7 @@ fn is_stranger(conns: &Conns, h: usize, slot: usize, generation: u32) -> bool {
         .is_some_and(|c| c.host == h && c.generation == generation && c.peer.is_none())
 }
 
-impl<P: Protocol, B: Backend> Reactor<P, B>
+impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
 {

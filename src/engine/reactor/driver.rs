@@ -1,4 +1,5 @@
-//! The seam between a reactor and its I/O (monoio's habit): a backend owns its kernel-facing
+//! The seam between a reactor and its I/O (monoio's habit): the driver of a backend
+//! ([`crate::engine::Backend`]: io_uring or epoll) owns its kernel-facing
 //! state (an io_uring ring, or epoll registrations), works on connections only through the
 //! connection table it is handed, and tells the reactor what happened as typed [`IoEvent`]s.
 //! It never sees hosted nodes, handshakes, protocols or timers, and the reactor never sees a
@@ -47,7 +48,7 @@ pub(super) enum IoEvent {
     /// backends). Every `Received` of a turn comes before its `ReceiveEnded`s.
     Received(ConnId),
     /// The connection's receive has ended (a multishot that stopped, a direct receive that
-    /// completed): the reactor reads it itself (spinning) or has the backend [`Backend::resume`]
+    /// completed): the reactor reads it itself (spinning) or has the backend [`Driver::resume`]
     /// it. Comes after the turn's frames were cut, so that a receive straight into the decoder
     /// is lent a buffer no frame still shares.
     ReceiveEnded(ConnId),
@@ -68,7 +69,7 @@ pub(super) struct Turn {
     pub hot_room: bool,
 }
 
-pub(super) trait Backend: Sized {
+pub(super) trait Driver: Sized {
     /// Set up, on the reactor's thread (a ring belongs to the thread that submits to it).
     /// `poll` is the reactor's epoll, which watches at least the commands' waker.
     fn new(cfg: &ReactorConfig, poll: &Poll) -> Result<Self, EngineError>;
