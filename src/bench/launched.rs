@@ -394,11 +394,7 @@ impl Rank {
                     if let Some(mut p) = pinger.take() {
                         let _ = p.stop();
                     }
-                    // Rank 0 ended the job on an error: so does this rank.
-                    if let Some(why) = m["error"].as_str() {
-                        return Err(failed(format!("rank 0 ended the job: {why}")));
-                    }
-                    return Ok(());
+                    return dismissed(&m);
                 }
                 _ => return Err(failed(format!("control: unexpected {m}"))),
             };
@@ -572,14 +568,23 @@ impl Rank {
 /// After a reply that could not be written: rank 0 may have dismissed the ranks and exited
 /// (it does not wait for the last replies, such as a victim's "killed", which a busy host may
 /// send after the stabilization it trails). Its "exit" is then still in this socket's receive
-/// buffer and ends the rank normally; anything else is the error `e`.
+/// buffer and ends the rank as it says ([`dismissed`]); anything else is the error `e`.
 fn dismissed_or(e: BenchError, rx: &mut ControlReceiver) -> Result<(), BenchError> {
     while let Ok(m) = rx.recv(Some(Duration::from_secs(2))) {
         if m["c"] == "exit" {
-            return Ok(());
+            return dismissed(&m);
         }
     }
     Err(e)
+}
+
+/// How a rank ends on rank 0's "exit" `m`: normally, or, if rank 0 ended the job on an error,
+/// with that error (every rank of a failed job exits non-zero).
+fn dismissed(m: &Value) -> Result<(), BenchError> {
+    match m["error"].as_str() {
+        Some(why) => Err(failed(format!("rank 0 ended the job: {why}"))),
+        None => Ok(()),
+    }
 }
 
 /// A view as a rank reports it: its name (epoch, root) and its members.
