@@ -36,6 +36,7 @@ mod lost;
 mod refusals;
 mod release;
 mod ring;
+mod spin;
 mod startup;
 mod strangers;
 
@@ -43,7 +44,7 @@ pub use error::{ConnError, IoFailure, Refusal};
 
 use super::clock::Clock;
 use super::timers::Timers;
-use super::{Backend, EngineError, ReactorOptions, WaitMode, SPIN};
+use super::{Backend, EngineError, ReactorOptions};
 use crate::id::IdMap;
 use crate::proto::{Outbox, Protocol, Time, TimerId};
 use crate::wire::handshake::Identity;
@@ -59,6 +60,7 @@ use lost::BURY_PER_TURN;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Poll, Token};
 use ring::UringDriver;
+use spin::Spin;
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -74,9 +76,6 @@ const RING: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
-
-/// An adaptive reactor that spins reads the clock every this many turns (see `turns`).
-const ADAPTIVE_CHECK: u32 = 16;
 
 /// How often a reactor gives back the receive buffers of connections gone quiet
 /// ([`crate::wire::FrameDecoder::shrink`]), while some connection holds more than
@@ -390,37 +389,16 @@ where
             self.apply_outbox(h)?;
         }
         let mut events = Events::with_capacity(256);
-        // Adaptive waiting spins for `SPIN` after the last work. It reads the clock only every
-        // `ADAPTIVE_CHECK`th spinning turn (a read is ~30 ns here, a fair part of a turn), and
-        // notes the time of work then, not per message: the spell ends a few turns late at
-        // most. A blocking turn always checks (it is long anyway).
-        let mut last_activity = self.now();
-        let (mut still_spinning, mut unrecorded, mut unchecked) = (true, false, 0u32);
+        let mut spin = Spin::new(self.cfg.options.wait, self.now());
         // Turns to go before a spinning reactor looks beyond its hot connections.
         let mut until_look: u32 = 1;
         // Whether the last turn found no work.
         let mut idle = false;
-        let timed = self.cfg.options.wait == WaitMode::Adaptive;
         while !self.stop {
             // Whether this turn found work.
             let mut active = false;
             self.io.turn_start()?;
-            let spinning = match self.cfg.options.wait {
-                WaitMode::Busy => true,
-                WaitMode::Adaptive => {
-                    unchecked += 1;
-                    if !still_spinning || unchecked >= ADAPTIVE_CHECK {
-                        unchecked = 0;
-                        let now = self.now();
-                        if std::mem::take(&mut unrecorded) {
-                            last_activity = now;
-                        }
-                        still_spinning = now.since(last_activity) < SPIN;
-                    }
-                    still_spinning
-                }
-                WaitMode::Block => false,
-            };
+            let spinning = spin.this_turn(|| self.clock.now());
             // A spinning reactor looks beyond its hot connections every so many turns (see
             // each backend's `look_every`): other connections, accepts, commands.
             // A countdown, not a remainder: two divisions a turn were a visible part of it.
@@ -486,9 +464,8 @@ where
             active |= self
                 .io
                 .complete(&mut self.conns, turn, &mut self.io_events)?;
-            // Work, for adaptive waiting, is what an event brought, not the event: registering a
-            // connection again (a poll reactor about to block) reports it writable at once, and
-            // counting that kept an idle adaptive reactor spinning for good.
+            // Work, for adaptive waiting, is what an event brought, not the event (see
+            // `Spin::worked`).
             for ev in events.iter() {
                 active |= match ev.token() {
                     WAKER => {
@@ -515,7 +492,7 @@ where
             if self.timers.has_pending() {
                 active |= self.fire_timers()?;
             }
-            unrecorded |= active && timed;
+            spin.worked(active);
             idle = !active;
             if !self.lost.is_empty() {
                 self.lost_waited = self.lost_waited.saturating_add(1);
