@@ -124,27 +124,17 @@ pub(super) trait Driver: Sized {
     /// pause when the kernel refused the last try, `None` if the reactor may block.
     fn work_due(&mut self) -> Option<Duration>;
 
-    /// After the wait: what the kernel completed, as events. Whether anything came.
-    fn complete(
-        &mut self,
-        conns: &mut Conns,
-        turn: Turn,
-        events: &mut Events,
-    ) -> Result<bool, EngineError>;
-
-    /// An epoll readiness event for `token` (a listener or a connection), as events. Whether
-    /// it brought work.
-    #[allow(clippy::too_many_arguments)]
-    fn on_ready(
+    /// After the wait: what the kernel has for the connections and listeners, as events — the
+    /// ring's completions, or the readiness epoll reported in `ready` (whose tokens below
+    /// `FIRST_CONN` are the reactor's own, not the driver's). Whether any of it brought work.
+    fn gather(
         &mut self,
         conns: &mut Conns,
         listeners: &[Option<TcpListener>],
-        token: usize,
-        readable: bool,
-        writable: bool,
-        error: bool,
+        ready: &mio::Events,
+        turn: Turn,
         events: &mut Events,
-    ) -> bool;
+    ) -> Result<bool, EngineError>;
 
     /// Watch (or receive on) a new connection that takes `id`. An error is the connection's.
     fn watch_new(

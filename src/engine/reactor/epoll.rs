@@ -17,6 +17,64 @@ use std::net::SocketAddr;
 /// The epoll backend's own state: none beyond the registrations the kernel keeps.
 pub(super) struct EpollDriver;
 
+/// What epoll says of one socket.
+#[derive(Clone, Copy)]
+struct Readiness {
+    readable: bool,
+    writable: bool,
+    error: bool,
+}
+
+/// One socket epoll reported, as events: whether it brought work. A listener: accept until
+/// it would block. A connection: the socket's pending error is asked for (a `getsockopt`) only
+/// when epoll flags one, as for a refused dial (every ACK of a send makes the socket writable
+/// again, and that must not cost a syscall); room to write sends what waits; bytes to read are
+/// the reactor's.
+fn on_ready(
+    conns: &mut Conns,
+    listeners: &[Option<TcpListener>],
+    token: usize,
+    Readiness {
+        readable,
+        writable,
+        error,
+    }: Readiness,
+    events: &mut Events,
+) -> bool {
+    if token >= LISTENERS {
+        let h = token - LISTENERS;
+        if let Some(Some(l)) = listeners.get(h) {
+            accept_all(l, h, events);
+        }
+        return true;
+    }
+    let slot = token - FIRST_CONN;
+    let Some(conn) = conns.get_mut(slot) else {
+        return false;
+    };
+    let id = (slot, conn.generation);
+    // Whether the event brought work: data, an error, or room for queued bytes.
+    let mut work = readable || error;
+    if writable || error {
+        work |= !conn.out.is_empty();
+        let pending = error
+            .then(|| conn.stream.take_error().unwrap_or_else(Some))
+            .flatten();
+        let failed = match pending {
+            Some(e) => Some(ConnError::io("socket", &e)),
+            None => conn.flush().err().map(|e| ConnError::io("send", &e)),
+        };
+        if let Some(why) = failed {
+            events.push_back(IoEvent::Failed(id, Box::new(why)));
+            return true;
+        }
+    }
+    if readable {
+        events.push_back(IoEvent::Readable(id));
+    }
+    work
+}
+
 /// Have epoll report `slot`'s socket, readable and writable, edge-triggered.
 fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::Result<()> {
     poll.registry().register(
@@ -106,56 +164,30 @@ impl Driver for EpollDriver {
         None
     }
 
-    fn complete(&mut self, _: &mut Conns, _: Turn, _: &mut Events) -> Result<bool, EngineError> {
-        Ok(false)
-    }
-
-    /// A listener: accept until it would block. A connection: the socket's pending error is
-    /// asked for (a `getsockopt`) only when epoll flags one, as for a refused dial (every ACK
-    /// of a send makes the socket writable again, and that must not cost a syscall); room to
-    /// write sends what waits; bytes to read are the reactor's.
-    fn on_ready(
+    /// Each socket epoll reported, in the kernel's order (see [`on_ready`]).
+    fn gather(
         &mut self,
         conns: &mut Conns,
         listeners: &[Option<TcpListener>],
-        token: usize,
-        readable: bool,
-        writable: bool,
-        error: bool,
+        ready: &mio::Events,
+        _: Turn,
         events: &mut Events,
-    ) -> bool {
-        if token >= LISTENERS {
-            let h = token - LISTENERS;
-            if let Some(Some(l)) = listeners.get(h) {
-                accept_all(l, h, events);
-            }
-            return true;
+    ) -> Result<bool, EngineError> {
+        let mut work = false;
+        for ev in ready.iter().filter(|ev| ev.token().0 >= FIRST_CONN) {
+            work |= on_ready(
+                conns,
+                listeners,
+                ev.token().0,
+                Readiness {
+                    readable: ev.is_readable(),
+                    writable: ev.is_writable(),
+                    error: ev.is_error(),
+                },
+                events,
+            );
         }
-        let slot = token - FIRST_CONN;
-        let Some(conn) = conns.get_mut(slot) else {
-            return false;
-        };
-        let id = (slot, conn.generation);
-        // Whether the event brought work: data, an error, or room for queued bytes.
-        let mut work = readable || error;
-        if writable || error {
-            work |= !conn.out.is_empty();
-            let pending = error
-                .then(|| conn.stream.take_error().unwrap_or_else(Some))
-                .flatten();
-            let failed = match pending {
-                Some(e) => Some(ConnError::io("socket", &e)),
-                None => conn.flush().err().map(|e| ConnError::io("send", &e)),
-            };
-            if let Some(why) = failed {
-                events.push_back(IoEvent::Failed(id, Box::new(why)));
-                return true;
-            }
-        }
-        if readable {
-            events.push_back(IoEvent::Readable(id));
-        }
-        work
+        Ok(work)
     }
 
     /// ENOSPC past fs.epoll.max_user_watches, ENOMEM.

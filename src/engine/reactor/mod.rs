@@ -457,32 +457,24 @@ where
             // Completions first: a finished send lets go of the receive buffer its payload
             // shared, which a direct read can then reuse (read before, a large frame found it
             // still shared and took fresh memory: a page fault per 4 KiB of every message).
+            // Work, for adaptive waiting, is what an event brought, not the event (see
+            // `Spin::worked`).
             let turn = Turn {
                 spinning,
                 hot_room: self.hot.has_room(),
             };
-            active |= self
-                .io
-                .complete(&mut self.conns, turn, &mut self.io_events)?;
-            // Work, for adaptive waiting, is what an event brought, not the event (see
-            // `Spin::worked`).
-            for ev in events.iter() {
-                active |= match ev.token() {
-                    WAKER => {
-                        self.commands()?;
-                        true
-                    }
-                    RING => false,
-                    Token(t) => self.io.on_ready(
-                        &mut self.conns,
-                        &self.listeners,
-                        t,
-                        ev.is_readable(),
-                        ev.is_writable(),
-                        ev.is_error(),
-                        &mut self.io_events,
-                    ),
-                };
+            active |= self.io.gather(
+                &mut self.conns,
+                &self.listeners,
+                &events,
+                turn,
+                &mut self.io_events,
+            )?;
+            // The commands after the I/O of the turn (epoll may report the waker anywhere
+            // among the sockets); the ring's eventfd only woke the wait.
+            if events.iter().any(|ev| ev.token() == WAKER) {
+                self.commands()?;
+                active = true;
             }
             self.handle_io_events()?;
             if spinning {

@@ -240,9 +240,12 @@ impl Driver for UringDriver {
     /// follow-up sends go out from here), then what was received, then the receives that
     /// ended, then failures, failed accepts last (once the connections this turn ends are on
     /// the reactor's lost list, whose descriptors it may free to accept).
-    fn complete(
+    /// Epoll sees none of the ring's sockets: `ready` holds only the reactor's own tokens.
+    fn gather(
         &mut self,
         conns: &mut Conns,
+        _: &[Option<TcpListener>],
+        _: &mio::Events,
         turn: Turn,
         events: &mut Events,
     ) -> Result<bool, EngineError> {
@@ -366,19 +369,6 @@ impl Driver for UringDriver {
     }
 
     /// Listeners and connections are not in epoll.
-    fn on_ready(
-        &mut self,
-        _: &mut Conns,
-        _: &[Option<TcpListener>],
-        _: usize,
-        _: bool,
-        _: bool,
-        _: bool,
-        _: &mut Events,
-    ) -> bool {
-        false
-    }
-
     /// The ring receives (once connected) and sends; epoll never sees the socket.
     fn watch_new(
         &mut self,
