@@ -58,7 +58,17 @@ pub(super) struct Conn {
     /// [`Conn::last_write_max`] of a long queue, once asked.
     pub(super) last_write: Option<usize>,
     /// Released: a goodbye was said (`release.rs`); its end is no failure.
-    pub(super) goodbye: Option<super::release::Goodbye>,
+    pub(super) goodbye: Option<Goodbye>,
+}
+
+/// Who said goodbye first on a released connection (`release.rs`). A connection's own state,
+/// kept here so that the connection table needs nothing of the reactor's release rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Goodbye {
+    /// This end released it and waits for the peer's answer.
+    Ours,
+    /// The peer released it; this end answered and waits for the end of the stream.
+    Theirs,
 }
 
 /// A send handed to io_uring: the chunks and the `msghdr` and iovecs naming them, boxed so

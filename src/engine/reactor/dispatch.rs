@@ -3,11 +3,10 @@
 //! framed and routed. Everything here is the same for both backends; what differs goes
 //! through [`Driver`].
 
-use super::conn::{bound_silence, Conn};
+use super::conn::{bound_silence, Conn, Goodbye};
 use super::conns::ConnId;
 use super::driver::{Driver, IoEvent};
 use super::error::ConnError;
-use super::release::Goodbye;
 use super::{Due, NodeEvent, Reactor};
 use crate::engine::EngineError;
 use crate::proto::{Action, Message, Protocol};

@@ -23,7 +23,7 @@
 //! [`ReactorOptions::reconnect`]: crate::engine::ReactorOptions::reconnect
 //! [`Kind::Bye`]: crate::wire::Kind::Bye
 
-use super::conn::Ending;
+use super::conn::{Ending, Goodbye};
 use super::driver::Driver;
 use super::error::ConnError;
 use super::{EngineError, Reactor};
@@ -34,15 +34,6 @@ use crate::NodeId;
 /// Most messages held for one peer while its released connections close: a live peer
 /// answers a goodbye within a round trip, so reaching this means it stopped reading.
 pub(super) const HELD_MAX: usize = 4096;
-
-/// Who said goodbye first on a connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Goodbye {
-    /// This end released it and waits for the peer's answer.
-    Ours,
-    /// The peer released it; this end answered and waits for the end of the stream.
-    Theirs,
-}
 
 /// A peer whose released connections are closing: how many, and what waits for them.
 pub(super) struct Releasing<M> {
