@@ -94,13 +94,11 @@ pub(super) trait Driver: Sized {
     /// whatever the countdown says.
     fn must_look(hot: usize) -> bool;
 
-    /// Whether this turn asks epoll (`spinning`, and whether it `look`s beyond the hot
-    /// connections).
-    fn asks_epoll(spinning: bool, look: bool) -> bool;
-
-    /// Whether a spinning turn that looks beyond its hot connections reads the commands
-    /// itself (epoll is not asked, see [`Self::asks_epoll`]).
-    fn spin_reads_commands() -> bool;
+    /// Whether the reactor's epoll watches the sockets (readiness), or only the commands'
+    /// waker and the driver's own wake-up (completions). A blocking turn always asks epoll; a
+    /// spinning turn that looks beyond its hot connections asks it only if it watches the
+    /// sockets, and otherwise reads the commands itself.
+    const EPOLL_WATCHES_SOCKETS: bool;
 
     /// A spinning turn is under way: the backend stops signalling the kernel's wake-ups (the
     /// reactor polls anyway).

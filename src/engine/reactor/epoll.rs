@@ -85,6 +85,8 @@ fn register_conn(poll: &Poll, stream: &mut TcpStream, slot: usize) -> std::io::R
 }
 
 impl Driver for EpollDriver {
+    const EPOLL_WATCHES_SOCKETS: bool = true;
+
     fn new(_: &ReactorConfig, _: &Poll) -> Result<Self, EngineError> {
         Ok(Self)
     }
@@ -118,14 +120,6 @@ impl Driver for EpollDriver {
     /// With nothing hot, only epoll can say what came: every turn asks it.
     fn must_look(hot: usize) -> bool {
         hot == 0
-    }
-
-    fn asks_epoll(spinning: bool, look: bool) -> bool {
-        !spinning || look
-    }
-
-    fn spin_reads_commands() -> bool {
-        false
     }
 
     fn spinning(&mut self) {}

@@ -410,7 +410,7 @@ where
             self.spinning = spinning;
             if spinning {
                 self.io.spinning();
-                if look && B::spin_reads_commands() {
+                if look && !B::EPOLL_WATCHES_SOCKETS {
                     self.commands()?;
                     if self.burial_due(idle) {
                         self.bury_lost(Ending::Close, BURY_PER_TURN)?;
@@ -423,7 +423,7 @@ where
                 }
                 self.io.before_block()?;
             }
-            if B::asks_epoll(spinning, look) {
+            if !spinning || (look && B::EPOLL_WATCHES_SOCKETS) {
                 let mut timeout = if spinning {
                     Some(Duration::ZERO)
                 } else {

@@ -118,6 +118,10 @@ enum Done {
 }
 
 impl Driver for UringDriver {
+    /// epoll only watches the commands' waker and the ring's eventfd, which is off while
+    /// spinning: a spinning reactor never asks it.
+    const EPOLL_WATCHES_SOCKETS: bool = false;
+
     fn new(cfg: &ReactorConfig, poll: &Poll) -> Result<Self, EngineError> {
         let (count, size) = cfg.options.recv_buffers;
         if !count.is_power_of_two() || size == 0 {
@@ -204,16 +208,6 @@ impl Driver for UringDriver {
 
     fn must_look(_hot: usize) -> bool {
         false
-    }
-
-    /// epoll only watches the commands' waker and the ring's eventfd, which is off while
-    /// spinning: a spinning reactor never asks it.
-    fn asks_epoll(spinning: bool, _look: bool) -> bool {
-        !spinning
-    }
-
-    fn spin_reads_commands() -> bool {
-        true
     }
 
     fn spinning(&mut self) {
