@@ -1263,6 +1263,19 @@ mod tests {
         assert!(dismissed_or(e, &mut rx).is_ok());
     }
 
+    /// CI saw rank 2 exit 0 in a job rank 0 had ended on an error: the leftover exit was
+    /// taken for a normal end whatever it said.
+    #[test]
+    fn a_reply_that_finds_rank_0_gone_after_an_exit_on_an_error_ends_the_rank_with_it() {
+        let exit = json!({"c": "exit", "error": "rank 3's control channel closed"});
+        let (mut tx, mut rx) = rank_after_driver_left(&[exit]);
+        let e = failed_reply(&mut tx);
+        let why = dismissed_or(e, &mut rx)
+            .expect_err("the job failed")
+            .to_string();
+        assert!(why.contains("rank 0 ended the job: rank 3's"), "{why}");
+    }
+
     #[test]
     fn a_reply_that_finds_rank_0_gone_without_an_exit_is_an_error() {
         let (mut tx, mut rx) = rank_after_driver_left(&[json!({"c": "clock", "seq": 1})]);
