@@ -13,7 +13,7 @@ use weft::engine::{Backend, ReactorOptions, WaitMode};
 use weft::proto::held::Held;
 use weft::proto::ping::PingMsg;
 use weft::proto::{Event, Outbox, Protocol, Time};
-use weft::transport::{Cluster, NodeOptions};
+use weft::transport::{Cluster, NodeOptions, Transport};
 use weft::NodeId;
 
 /// Messages each node sends each other node.
@@ -79,6 +79,8 @@ fn crossing_dials_lose_no_message_reorder_none_and_suspect_nobody() {
                 pin: false,
                 backend: Some(backend),
                 reactors: Some(2),
+                // Crossing dials are connections': the nodes talk over loopback TCP.
+                transport: Some(Transport::Tcp),
                 reactor: ReactorOptions {
                     wait: WaitMode::Block,
                     ..Default::default()

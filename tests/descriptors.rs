@@ -13,7 +13,7 @@ use common::ticking::Ticking;
 use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
-use weft::transport::{Cluster, NodeOptions};
+use weft::transport::{Cluster, NodeOptions, Transport};
 use weft::wire::handshake::{Identity, JobKey};
 use weft::NodeId;
 
@@ -59,6 +59,8 @@ fn node_options(
         key: Some(key.clone()),
         pin: false,
         backend: Some(backend),
+        // Descriptors are connections': the nodes talk over loopback TCP.
+        transport: Some(Transport::Tcp),
         reactor: weft::engine::ReactorOptions {
             wait: WaitMode::Block,
             handshake_timeout,

@@ -15,18 +15,21 @@ use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, WaitMode};
 use weft::proto::ping::PingPong;
 use weft::proto::Event;
-use weft::transport::{Cluster, NodeOptions};
+use weft::transport::{Cluster, NodeOptions, Transport};
 use weft::wire::frame::{write_frame, FrameHeader, Kind};
 use weft::wire::handshake::{Identity, JobKey};
 use weft::NodeId;
 
 // Every engine test runs on both backends (the monoio habit): `Backend::ALL`.
 
+/// These tests are the TCP engine's: nodes of one process talk over loopback connections too
+/// (in-process delivery has its own, `tests/inproc.rs`).
 fn opts_for(backend: Backend) -> NodeOptions {
     NodeOptions {
         // tests share 2 cores with many reactors: no spinning
         pin: false,
         backend: Some(backend),
+        transport: Some(Transport::Tcp),
         reactor: weft::engine::ReactorOptions {
             wait: WaitMode::Block,
             ..Default::default()

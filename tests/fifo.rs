@@ -11,7 +11,7 @@ use weft::engine::reactor::NodeEvent;
 use weft::engine::{Backend, ReactorOptions, WaitMode};
 use weft::proto::ping::PingMsg;
 use weft::proto::{Event, Outbox, Protocol, Time, TimerId};
-use weft::transport::{Cluster, NodeOptions};
+use weft::transport::{Cluster, NodeOptions, Transport};
 use weft::NodeId;
 
 const STALL: TimerId = TimerId(1);
@@ -95,6 +95,8 @@ fn an_answer_to_a_suspicion_raised_by_a_failed_send_does_not_overtake_earlier_me
             pin: false,
             backend: Some(backend),
             reactors: Some(2),
+            // A send that fails is a connection's: the nodes talk over loopback TCP.
+            transport: Some(Transport::Tcp),
             // Node 1 alone on the second reactor, whose sleep stalls nobody else.
             placement: Some(vec![0u32, 1, 0].into()),
             reactor: ReactorOptions {

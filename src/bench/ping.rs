@@ -21,6 +21,9 @@ pub struct PingRow {
     pub size: usize,
     /// `poll`, `uring`, or `std-busy` for the peer.
     pub backend: String,
+    /// How the message went: `tcp`, `inproc` (see [`crate::transport::Transport`]); `tcp`
+    /// for the peer.
+    pub transport: String,
     /// Wait mode (`busy` for the peer).
     pub wait: String,
     /// One-way latency (RTT / 2), median, µs.
@@ -48,10 +51,12 @@ pub struct PingRow {
     pub mb_ratio: Option<MedianInterval>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rows_from(
     rtts: &HashMap<usize, Vec<u64>>,
     sizes: &[usize],
     backend: &str,
+    transport: &str,
     wait: &str,
     congestion: &str,
     steal_pct: Option<f64>,
@@ -68,6 +73,7 @@ fn rows_from(
             Some(PingRow {
                 size,
                 backend: backend.into(),
+                transport: transport.into(),
                 wait: wait.into(),
                 p50_us: s.p50_us,
                 p99_us: s.p99_us,
@@ -88,12 +94,13 @@ fn rows_from(
 /// threshold (pinned, one reactor per node's core).
 pub fn engine(sizes: &[usize], iters: u64, opts: NodeOptions) -> Result<Vec<PingRow>, EngineError> {
     let steal = StealMeter::start();
-    let (rtts, backend) = engine_rtts(sizes, iters, opts.clone())?;
+    let (rtts, backend, transport) = engine_rtts(sizes, iters, opts.clone())?;
     let congestion = crate::engine::congestion::resolve(opts.reactor.congestion.as_deref())?;
     let mut rows = rows_from(
         &rtts,
         sizes,
         &backend,
+        &transport,
         &opts.reactor.wait.to_string(),
         &congestion,
         steal.pct(),
@@ -128,18 +135,20 @@ pub fn compare(
     let wait = opts.reactor.wait.to_string();
     // What each round's reactors ran on (the same, unless some fell back to poll).
     let mut ran_on = Vec::new();
+    let mut transport = String::new();
     for r in 0..rounds {
         // Spread the remainder so that the rounds add up to `iters`.
         let n = iters / rounds + u64::from(r < iters % rounds);
         let steal = StealMeter::start();
-        let (our, backend) = engine_rtts(sizes, n, opts.clone())?;
+        let (our, backend, went) = engine_rtts(sizes, n, opts.clone())?;
+        transport = went;
         our_steal = our_steal.with(&steal);
         let steal = StealMeter::start();
         let peer = std_busy_poll_rtts(sizes, n, peer_congestion)?;
         peer_steal = peer_steal.with(&steal);
-        let ours_now = rows_from(&our, sizes, &backend, &wait, &our_cc, None);
+        let ours_now = rows_from(&our, sizes, &backend, &transport, &wait, &our_cc, None);
         ran_on.push(backend);
-        let peer_now = rows_from(&peer, sizes, "std-busy", "busy", &peer_cc, None);
+        let peer_now = rows_from(&peer, sizes, "std-busy", "tcp", "busy", &peer_cc, None);
         for (o, p) in ours_now.iter().zip(&peer_now) {
             let (p50, mb) = per_round.entry(o.size).or_default();
             p50.push(o.p50_us / p.p50_us);
@@ -149,7 +158,15 @@ pub fn compare(
         merge(&mut peers, peer);
     }
     let backend = crate::transport::backend_name(&ran_on);
-    let mut weft = rows_from(&ours, sizes, &backend, &wait, &our_cc, our_steal.pct());
+    let mut weft = rows_from(
+        &ours,
+        sizes,
+        &backend,
+        &transport,
+        &wait,
+        &our_cc,
+        our_steal.pct(),
+    );
     for row in &mut weft {
         row.bulk_mac = opts.bulk_mac;
         if let Some((p50, mb)) = per_round.get(&row.size) {
@@ -163,6 +180,7 @@ pub fn compare(
             &peers,
             sizes,
             "std-busy",
+            "tcp",
             "busy",
             &peer_cc,
             peer_steal.pct(),
@@ -176,13 +194,16 @@ fn merge(into: &mut HashMap<usize, Vec<u64>>, from: HashMap<usize, Vec<u64>>) {
     }
 }
 
-/// [`engine`]'s raw round-trip times in nanoseconds, per size, and what the two nodes ran on
-/// ([`Cluster::backend_name`]).
+/// Round-trip times in nanoseconds, per payload size.
+type Rtts = HashMap<usize, Vec<u64>>;
+
+/// [`engine`]'s raw round-trip times in nanoseconds, per size, what the two nodes ran on
+/// ([`Cluster::backend_name`]) and how they reached each other ([`Cluster::transport`]).
 fn engine_rtts(
     sizes: &[usize],
     iters: u64,
     opts: NodeOptions,
-) -> Result<(HashMap<usize, Vec<u64>>, String), EngineError> {
+) -> Result<(Rtts, String, String), EngineError> {
     let opts = NodeOptions { pin: true, ..opts };
     let warmup = (iters / 10).clamp(10, 1000);
     let plan = sizes.to_vec();
@@ -210,6 +231,7 @@ fn engine_rtts(
         }
     }
     let backend = cluster.backend_name();
+    let transport = cluster.transport.to_string();
     let pinger = cluster
         .stop_all()?
         .into_iter()
@@ -219,7 +241,7 @@ fn engine_rtts(
     for &(size, rtt) in pinger.samples() {
         rtts.entry(size).or_default().push(rtt);
     }
-    Ok((rtts, backend))
+    Ok((rtts, backend, transport))
 }
 
 fn pin(core: usize) {

@@ -72,10 +72,7 @@ pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
         period: Duration::from_micros(a.period_us),
         backoff: a.backoff,
         settle: Duration::from_micros(a.period_us * 50).max(Duration::from_millis(50)),
-        opts: weft::bench::stabilize::job_options(
-            a.engine.wait.into(),
-            a.engine.backend.map(Into::into),
-        ),
+        opts: a.engine.job_options(),
         timeout: Duration::from_secs(120),
         repeat: a.repeat,
         procs: if a.procs {

@@ -127,8 +127,7 @@ pub fn run(a: BenchBroadcastArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.plot {
         super::checks::writable("--plot", p)?;
     }
-    let opts =
-        weft::bench::stabilize::job_options(a.engine.wait.into(), a.engine.backend.map(Into::into));
+    let opts = a.engine.job_options();
     let mut rows: Vec<BroadcastBenchRow> = Vec::new();
     if !a.json {
         say!(

@@ -75,10 +75,7 @@ pub fn run(a: BenchCheckpointArgs) -> anyhow::Result<()> {
         schemes,
         repeat: a.repeat,
         seed,
-        opts: weft::bench::stabilize::job_options(
-            a.engine.wait.into(),
-            a.engine.backend.map(Into::into),
-        ),
+        opts: a.engine.job_options(),
         timeout: Duration::from_secs(120),
     };
     let rows = run_bench(&cfg)?;

@@ -72,10 +72,7 @@ pub fn run(a: BenchHeartbeatArgs) -> anyhow::Result<()> {
         trials,
         quiet_periods: a.quiet_periods,
         background: (!a.no_background).then_some(a.grid_doubles),
-        opts: weft::bench::stabilize::job_options(
-            a.engine.wait.into(),
-            a.engine.backend.map(Into::into),
-        ),
+        opts: a.engine.job_options(),
     };
     let r = if a.procs {
         run_procs(&cfg, &std::env::current_exe()?)?

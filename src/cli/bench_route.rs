@@ -69,10 +69,7 @@ pub fn run(a: BenchRouteArgs) -> anyhow::Result<()> {
         probes: a.probes,
         size: a.size,
         seed,
-        opts: weft::bench::stabilize::job_options(
-            a.engine.wait.into(),
-            a.engine.backend.map(Into::into),
-        ),
+        opts: a.engine.job_options(),
         route: RouteConfig {
             retry: Duration::from_millis(a.retry_ms),
             ..RouteConfig::default()

@@ -88,10 +88,7 @@ pub fn run(a: BspRunArgs) -> anyhow::Result<()> {
         safe_every: a.safe_every,
         alpha: a.alpha,
         burst: a.burst,
-        opts: weft::bench::stabilize::job_options(
-            a.engine.wait.into(),
-            a.engine.backend.map(Into::into),
-        ),
+        opts: a.engine.job_options(),
         timeout: Duration::from_secs(a.timeout_s),
     };
     let r = run_bsp(&cfg)?;

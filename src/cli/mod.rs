@@ -35,7 +35,7 @@ pub mod sim_stabilize;
 pub mod values;
 
 use clap::{Args, Parser, Subcommand};
-use values::{BackendArg, TreeModeArg, WaitArg};
+use values::{BackendArg, TransportArg, TreeModeArg, WaitArg};
 use weft::bench::scenario::{parse_victims, Fail};
 use weft::bench::stabilize::{job_options, BenchConfig};
 use weft::proto::membership::{TreeMode, ORPHAN_HOLD};
@@ -92,14 +92,7 @@ impl TreeArgs {
         BenchConfig {
             orphan_hold: self.orphan_hold(),
             collect: self.collect,
-            ..BenchConfig::new(
-                n,
-                self.radix,
-                self.mode(),
-                fail,
-                seed,
-                job_options(engine.wait.into(), engine.backend.map(Into::into)),
-            )
+            ..BenchConfig::new(n, self.radix, self.mode(), fail, seed, engine.job_options())
         }
     }
 }
@@ -138,6 +131,20 @@ pub struct EngineArgs {
     /// How reactors wait. Many nodes share the cores here, so blocking is the default.
     #[arg(long, value_enum, default_value = "block")]
     pub wait: WaitArg,
+    /// How nodes reach their peers (default: automatic, or WEFT_TRANSPORT): nodes of one
+    /// process in-process, others over TCP.
+    #[arg(long, value_enum)]
+    pub transport: Option<TransportArg>,
+}
+
+impl EngineArgs {
+    /// The engine settings of a job these flags start ([`job_options`]).
+    pub fn job_options(&self) -> weft::transport::NodeOptions {
+        weft::transport::NodeOptions {
+            transport: self.transport.map(Into::into),
+            ..job_options(self.wait.into(), self.backend.map(Into::into))
+        }
+    }
 }
 
 /// Top-level subcommands.

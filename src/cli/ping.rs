@@ -2,7 +2,7 @@
 //! busy-poll ping-pong in the same run (`--compare`).
 
 use super::checks;
-use super::values::{BackendArg, WaitArg};
+use super::values::{BackendArg, TransportArg, WaitArg};
 use clap::Args;
 use weft::bench::ping::{compare, engine, PingRow};
 use weft::engine::Backend;
@@ -28,6 +28,14 @@ pub struct PingArgs {
     /// I/O backend (default: automatic, or WEFT_BACKEND).
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
+    /// How the two nodes reach each other (default: automatic, or WEFT_TRANSPORT: in-process,
+    /// as two nodes of one process are).
+    #[arg(long, value_enum)]
+    transport: Option<TransportArg>,
+    /// Reactor threads for the two nodes: 2 (one per core, the default) or 1 (both nodes on
+    /// one reactor: in-process, a message never leaves the thread).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    reactors: u8,
     /// How reactors wait. Adaptive by default: busy-like latency while messages flow, and a
     /// reactor that blocks once they stop (busy is the mode the std peer runs in).
     #[arg(long, value_enum, default_value = "adaptive")]
@@ -90,6 +98,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     }
     let opts = NodeOptions {
         backend,
+        transport: a.transport.map(Into::into),
+        reactors: Some(a.reactors.into()),
         bulk_mac: a.bulk_mac,
         reactor: weft::engine::ReactorOptions {
             wait: a.wait.into(),
@@ -111,7 +121,19 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    say!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2");
+    let transport = ours.first().map_or(String::new(), |r| r.transport.clone());
+    match (transport.as_str(), a.reactors) {
+        ("inproc", 1) => {
+            say!("weft ping: 2 nodes in-process on one reactor, core 0, one-way latency = RTT/2")
+        }
+        ("inproc", _) => say!(
+            "weft ping: 2 nodes in-process, reactors on cores 0 and 1, one-way latency = RTT/2"
+        ),
+        _ => say!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2"),
+    }
+    if transport == "inproc" {
+        say!("in-process: a payload moves by reference, so MB/s counts no copy");
+    }
     say!("steal = CPU time the hypervisor took from this machine during that backend's run");
     let cc = |rows: &[PingRow]| rows.first().map_or(String::new(), |r| r.congestion.clone());
     match peer.is_empty() {
@@ -123,8 +145,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         ),
     }
     say!(
-        "{:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
+        "{:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
         "size",
+        "transport",
         "backend",
         "wait",
         "p50 µs",
@@ -136,8 +159,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     );
     let show = |r: &PingRow| {
         say!(
-            "{:>8} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8} {:>7}",
+            "{:>8} {:>9} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8} {:>7}",
             r.size,
+            r.transport,
             r.backend,
             r.wait,
             r.p50_us,

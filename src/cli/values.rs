@@ -57,6 +57,19 @@ value_enum! {
 }
 
 value_enum! {
+    /// How nodes reach their peers.
+    TransportArg => weft::transport::Transport {
+        /// The fastest that reaches each peer: in-process between nodes of one process, TCP
+        /// otherwise (TCP for all with reconnection).
+        Auto,
+        /// TCP for every peer, loopback included.
+        Tcp,
+        /// In-process between nodes of one process, TCP to the rest.
+        Inproc,
+    }
+}
+
+value_enum! {
     /// How in-process nodes are spread over the reactors (one per core).
     PlacementArg => weft::bench::stabilize::Placement {
         /// Whole subtrees of the initial radix tree per reactor: most tree edges stay on one

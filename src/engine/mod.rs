@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod congestion;
 pub mod guard;
+pub mod link;
 pub mod options;
 pub mod reactor;
 pub mod table;

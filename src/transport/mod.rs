@@ -16,6 +16,8 @@ pub mod process;
 pub mod route;
 pub mod storage;
 
+use crate::engine::link::inproc::{self, Place, Port};
+pub use crate::engine::link::Transport;
 use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError};
 use crate::proto::Protocol;
@@ -175,12 +177,16 @@ pub struct NodeOptions {
     pub bulk_mac: bool,
     /// How the reactors run: waiting, limits, timeouts ([`ReactorOptions`]).
     pub reactor: ReactorOptions,
+    /// Which links reach peers (`None`: `WEFT_TRANSPORT`, else [`Transport::Auto`]: nodes of
+    /// one [`Cluster`] talk in-process, without the kernel).
+    pub transport: Option<Transport>,
 }
 
 impl NodeOptions {
     /// Check the settings before any node starts: each wrong one is named.
     pub fn check(&self) -> Result<(), EngineError> {
         self.reactor.check()?;
+        Transport::chosen(self.transport).map_err(EngineError::Config)?;
         if self.params.len() > crate::wire::handshake::MAX_PARAMS {
             return Err(EngineError::Config(format!(
                 "job parameters of {} bytes: at most {}",
@@ -211,6 +217,7 @@ impl Default for NodeOptions {
             params: String::new(),
             bulk_mac: false,
             reactor: ReactorOptions::default(),
+            transport: None,
         }
     }
 }
@@ -275,6 +282,7 @@ type Build<P> = Box<dyn FnOnce() -> P + Send>;
 /// allocator arena. Built elsewhere, the state a node frees on each new view goes back to the
 /// other thread's arena, and the reactor takes fresh pages (a page fault each) for the next
 /// one: at 1024 in-process nodes that was about a fifth of a stabilization's CPU.
+#[allow(clippy::too_many_arguments)]
 fn start_reactor<P>(
     nodes: Vec<(NodeSpec, Build<P>)>,
     opts: &NodeOptions,
@@ -282,13 +290,13 @@ fn start_reactor<P>(
     epoch: Instant,
     core: Option<usize>,
     events: Sender<(NodeId, NodeEvent)>,
+    (poll, waker): (Poll, Arc<Waker>),
+    local: Option<Port<P::Msg>>,
 ) -> Result<(ReactorThread, Vec<NodeHandle<P>>), EngineError>
 where
     P: Protocol + Send + 'static,
     P::Msg: Framed,
 {
-    let poll = Poll::new()?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let (tx, rx) = channel();
     let mut hosts = Vec::with_capacity(nodes.len());
     let mut handles = Vec::with_capacity(nodes.len());
@@ -357,7 +365,7 @@ where
                 retire,
             })
             .collect();
-        match Started::new(cfg, poll, hosts, rx, events) {
+        match Started::new(cfg, poll, hosts, rx, events, local) {
             Ok(reactor) => {
                 let _ = ready.send((own, Ok(reactor.backend())));
                 reactor.run()
@@ -397,6 +405,13 @@ where
         },
         handles,
     ))
+}
+
+/// A poll and the waker that interrupts it (token [`WAKER`]), for one reactor.
+fn waker_poll() -> Result<(Poll, Arc<Waker>), EngineError> {
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    Ok((poll, waker))
 }
 
 /// What a run ran on, as reports name it, from what each of its parts ran on (a node's
@@ -443,6 +458,8 @@ where
         epoch,
         core,
         events,
+        waker_poll()?,
+        None,
     )?;
     let mut node = handles.pop().ok_or(EngineError::Gone)?;
     node.own = Some(reactor);
@@ -458,6 +475,9 @@ pub struct Cluster<P> {
     pub events: Receiver<(NodeId, NodeEvent)>,
     /// Time zero of every node's protocol clock.
     pub epoch: Instant,
+    /// How its nodes reach each other: [`Transport::Inproc`] or [`Transport::Tcp`], as the
+    /// options chose.
+    pub transport: Transport,
     reactors: Vec<ReactorThread>,
 }
 
@@ -515,11 +535,39 @@ where
             groups[reactor_of(i)].push((spec, build));
         }
         let (tx, rx) = channel();
+        let polls = (0..reactors)
+            .map(|_| waker_poll())
+            .collect::<Result<Vec<_>, _>>()?;
+        let transport = Transport::chosen(opts.transport).map_err(EngineError::Config)?;
+        let in_process = transport
+            .in_process(opts.reactor.reconnect, opts.reactor.own_descriptors)
+            .map_err(EngineError::Config)?;
+        let mut ports: Vec<Option<Port<P::Msg>>> = if in_process {
+            // Each reactor's nodes take its slots in id order, as `groups` holds them.
+            let mut next = vec![0; reactors];
+            let places: Vec<(NodeId, Place)> = (0..n)
+                .map(|i| {
+                    let reactor = reactor_of(i);
+                    next[reactor] += 1;
+                    let host = next[reactor] - 1;
+                    (ids[i], Place { reactor, host })
+                })
+                .collect();
+            let wakers = polls.iter().map(|(_, w)| w.clone()).collect();
+            inproc::ports(&places, wakers)
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            (0..reactors).map(|_| None).collect()
+        };
         let mut threads = Vec::with_capacity(reactors);
         let mut slots: Vec<Vec<NodeHandle<P>>> = Vec::with_capacity(reactors);
-        for (r, group) in groups.into_iter().enumerate() {
+        for (r, (group, poll)) in groups.into_iter().zip(polls).enumerate() {
             let core = opts.pin.then_some(r % cores);
-            let (thread, handles) = start_reactor(group, &opts, backend, epoch, core, tx.clone())?;
+            let local = ports[r].take();
+            let (thread, handles) =
+                start_reactor(group, &opts, backend, epoch, core, tx.clone(), poll, local)?;
             threads.push(thread);
             slots.push(handles);
         }
@@ -532,6 +580,11 @@ where
             nodes,
             events: rx,
             epoch,
+            transport: if in_process {
+                Transport::Inproc
+            } else {
+                Transport::Tcp
+            },
             reactors: threads,
         })
     }

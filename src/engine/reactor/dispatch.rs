@@ -23,6 +23,11 @@ use std::os::fd::AsRawFd;
 /// streams never grows a buffer (it took 19 MiB per connection before).
 pub(super) const PREAUTH_MAX: usize = 2 * (16 + MAX_HANDSHAKE_BODY as usize);
 
+/// Rounds of in-process messages among one reactor's nodes handled in one turn before the
+/// turn goes on to sockets and timers: a wave over a reactor's subtree takes a round per
+/// level, and a ping-pong between two of its nodes never ends on its own.
+const DELIVER_ROUNDS: u32 = 64;
+
 impl<P: Protocol, B: Driver> Reactor<P, B>
 where
     P::Msg: Framed,
@@ -573,20 +578,29 @@ where
         }
     }
 
-    /// Hand received messages to their nodes' protocols, in arrival order.
+    /// Hand received messages to their nodes' protocols, in arrival order, and what they
+    /// send each other in-process on this reactor meanwhile, for up to [`DELIVER_ROUNDS`]
+    /// rounds.
     pub(super) fn deliver(&mut self) -> Result<(), EngineError> {
         if self.inbox.is_empty() {
             return Ok(());
         }
-        let now = self.now();
         let mut inbox = std::mem::take(&mut self.inbox);
-        for (h, from, m) in inbox.drain(..) {
-            // A node stopped by an earlier message's consequences gets nothing more.
-            let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
-                continue;
-            };
-            host.proto.on_message(now, from, m, &mut self.outbox);
-            self.apply_outbox(h)?;
+        for round in 1.. {
+            let now = self.now();
+            for (h, from, m) in inbox.drain(..) {
+                // A node stopped by an earlier message's consequences gets nothing more.
+                let Some(host) = self.hosts.get_mut(h).and_then(|x| x.as_mut()) else {
+                    continue;
+                };
+                host.proto.on_message(now, from, m, &mut self.outbox);
+                self.apply_outbox(h)?;
+            }
+            if self.inbox.is_empty() || round == DELIVER_ROUNDS {
+                break;
+            }
+            // The next round's messages, in the drained allocation's place.
+            std::mem::swap(&mut inbox, &mut self.inbox);
         }
         // Keep the allocation; anything queued meanwhile waits for the next turn.
         inbox.append(&mut self.inbox);
@@ -634,6 +648,9 @@ where
     }
 
     pub(super) fn send(&mut self, h: usize, to: NodeId, msg: P::Msg) -> Result<(), EngineError> {
+        let Some(msg) = self.send_local(h, to, msg) else {
+            return Ok(());
+        };
         let msg = if self.releasing.is_empty() {
             msg
         } else {

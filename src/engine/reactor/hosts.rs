@@ -29,6 +29,9 @@ pub(super) struct Host<P> {
     pub(super) accept_failing: bool,
     /// Accepted connections not yet authenticated.
     pub(super) strangers: Strangers,
+    /// Nodes of this process it talks with in-process (see `local.rs`): each loses it when
+    /// it stops, and it each of them.
+    pub(super) links: IdMap<NodeId, ()>,
 }
 
 /// A hosted node's state that only refusals and handshakes touch, kept beside [`Host`] (in a
@@ -212,7 +215,7 @@ where
         self.inbox.retain(|&(x, _, _)| x != h);
         self.redial.retain(|&(x, _), _| x != h);
         let _ = host.retire.send(host.proto);
-        Ok(())
+        self.stopped_local(h, host.identity.node_id, host.links.into_keys())
     }
 
     /// The listener of hosted node `h` could not accept (`e`): report it unless already

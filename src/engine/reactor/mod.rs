@@ -32,6 +32,7 @@ mod error;
 mod hosts;
 mod hot;
 mod last_write;
+mod local;
 mod lost;
 mod refusals;
 mod release;
@@ -43,6 +44,7 @@ mod strangers;
 pub use error::{ConnError, IoFailure, Refusal};
 
 use super::clock::Clock;
+use super::link::inproc::Port;
 use super::timers::Timers;
 use super::{Backend, EngineError, ReactorOptions};
 use crate::id::IdMap;
@@ -232,6 +234,9 @@ struct Reactor<P: Protocol, B> {
     redial: IdMap<(usize, NodeId), startup::Redial<P::Msg>>,
     /// Peers of hosted nodes whose released connections are closing (see `release.rs`).
     releasing: IdMap<(usize, NodeId), release::Releasing<P::Msg>>,
+    /// This reactor's end of the process's in-process exchange, if its nodes use one (see
+    /// `local.rs`).
+    local: Option<Port<P::Msg>>,
 }
 
 /// A reactor set up on the calling thread for `cfg.backend`, ready to [`run`](Self::run).
@@ -250,18 +255,21 @@ where
     P::Msg: Framed,
 {
     /// A reactor hosting `hosts`. `poll` must be the one the caller's [`mio::Waker`] (token
-    /// [`WAKER`]) was registered with.
+    /// [`WAKER`]) was registered with. `local`: this reactor's end of the in-process exchange
+    /// among the process's reactors, whose slots are `hosts`' order.
     pub fn new(
         cfg: ReactorConfig,
         poll: Poll,
         hosts: Vec<HostSpec<P>>,
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
+        local: Option<Port<P::Msg>>,
     ) -> Result<Self, EngineError> {
+        let mut local = local;
         if cfg.backend == Backend::Uring {
             let refusal = match UringDriver::new(&cfg, &poll) {
                 Ok(io) => {
-                    let r = Reactor::new(io, cfg, poll, hosts, commands, events)?;
+                    let r = Reactor::new(io, cfg, poll, hosts, commands, events, local.take())?;
                     return Ok(Self(Either::Uring(r)));
                 }
                 Err(EngineError::Io(e)) if crate::engine::uring::refused(&e) => {
@@ -279,7 +287,7 @@ where
             ..cfg
         };
         let io = EpollDriver::new(&cfg, &poll)?;
-        let r = Reactor::new(io, cfg, poll, hosts, commands, events)?;
+        let r = Reactor::new(io, cfg, poll, hosts, commands, events, local)?;
         Ok(Self(Either::Poll(r)))
     }
 
@@ -312,6 +320,7 @@ where
         specs: Vec<HostSpec<P>>,
         commands: Receiver<Command>,
         events: Sender<(NodeId, NodeEvent)>,
+        local: Option<Port<P::Msg>>,
     ) -> Result<Self, EngineError> {
         let (mut hosts, mut listeners) = (Vec::new(), Vec::new());
         let mut by_id = IdMap::default();
@@ -329,6 +338,7 @@ where
                 retire: spec.retire,
                 accept_failing: false,
                 strangers: Strangers::default(),
+                links: IdMap::default(),
             }));
         }
         let clock = Clock::since(cfg.epoch);
@@ -359,6 +369,7 @@ where
             started: Time::ZERO,
             redial: IdMap::default(),
             releasing: IdMap::default(),
+            local,
         })
     }
 
@@ -424,7 +435,14 @@ where
                 self.io.before_block()?;
             }
             if !spinning || (look && B::EPOLL_WATCHES_SOCKETS) {
-                let mut timeout = if spinning {
+                // Messages to deliver, or a sender's backlog: no sleeping. Otherwise the
+                // exchange's senders learn that this reactor sleeps.
+                let must_run = !self.inbox.is_empty()
+                    || self
+                        .local
+                        .as_ref()
+                        .is_some_and(|p| p.backlogged() || (!spinning && !p.sleep()));
+                let mut timeout = if spinning || must_run {
                     Some(Duration::ZERO)
                 } else {
                     match self.io.work_due() {
@@ -446,7 +464,11 @@ where
                     self.bury_lost(Ending::Close, BURY_PER_TURN)?;
                     timeout = Some(Duration::ZERO);
                 }
-                match self.poll.poll(&mut events, timeout) {
+                let polled = self.poll.poll(&mut events, timeout);
+                if let Some(p) = &self.local {
+                    p.awake();
+                }
+                match polled {
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e.into()),
@@ -480,6 +502,10 @@ where
             if spinning {
                 active |= self.read_hot()?;
             }
+            if self.local.is_some() {
+                active |= self.receive_local()?;
+            }
+            active |= !self.inbox.is_empty();
             self.deliver()?;
             if self.timers.has_pending() {
                 active |= self.fire_timers()?;
