@@ -1166,6 +1166,8 @@ impl Driver {
             views_agree,
             cpu: None,
             backend: crate::transport::backend_name(&ran_on),
+            // One node per process: their messages cross the kernel.
+            transport: "tcp".into(),
             clock_err: Some(Duration::from_nanos(clock_err)),
         })
     }

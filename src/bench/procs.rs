@@ -338,6 +338,8 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         // Other processes' CPU is not this process's to read.
         cpu: None,
         backend: crate::transport::backend_name(&ran_on),
+        // One node per process: their messages cross the kernel.
+        transport: "tcp".into(),
         clock_err: None,
     })
 }

@@ -167,6 +167,8 @@ pub struct Trial {
     /// What the nodes ran on ([`crate::transport::backend_name`]: `uring+poll` if some
     /// reactors could not have a ring).
     pub backend: String,
+    /// How the nodes reached each other (`tcp`, `inproc`: [`crate::transport::Transport`]).
+    pub transport: String,
     /// With processes on different clocks (a launcher's ranks): the bound on the error of the
     /// offsets their times were put on one time line with. `None`: one clock.
     pub clock_err: Option<Duration>,
@@ -405,6 +407,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         });
     let stable_epoch = stable_epoch.0;
     let backend = cluster.backend_name();
+    let transport = cluster.transport.to_string();
     cluster.shutdown()?;
     let admitted_at = admitted.map_or(stable_at, |a| a.1);
     Ok(Trial {
@@ -415,6 +418,7 @@ pub fn trial_join(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         views_agree,
         cpu: Some(cpu),
         backend,
+        transport,
         clock_err: None,
     })
 }
@@ -495,6 +499,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
             .is_some_and(|(e, v)| *e == stable_epoch && v[..] == survivors[..])
     });
     let backend = cluster.backend_name();
+    let transport = cluster.transport.to_string();
     // Stop everyone at once, so no survivor reacts to the others leaving one by one.
     cluster.shutdown()?;
     let detected = detected.unwrap_or(stable_at);
@@ -506,6 +511,7 @@ pub fn trial(cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchError> {
         views_agree,
         cpu: Some(cpu),
         backend,
+        transport,
         clock_err: None,
     })
 }
@@ -523,6 +529,9 @@ pub struct BenchReport {
     pub fail: String,
     /// Engine backend.
     pub backend: String,
+    /// How the nodes reached each other: `tcp`, `inproc` ([`crate::transport::Transport`]),
+    /// both joined by `+` if trials differed.
+    pub transport: String,
     /// Reactor wait mode.
     pub wait: String,
     /// How in-process nodes were spread over the reactors (`None`: one process per node).
@@ -704,6 +713,12 @@ pub(crate) fn summarize(
             cfg.fail.to_string()
         },
         backend: crate::transport::backend_name(&ran_on),
+        transport: {
+            let mut went: Vec<&str> = trials.iter().map(|t| t.transport.as_str()).collect();
+            went.sort_unstable();
+            went.dedup();
+            went.join("+")
+        },
         wait: cfg.opts.reactor.wait.to_string(),
         placement: cfg.procs.is_none().then_some(cfg.placement),
         repeat,

@@ -52,6 +52,7 @@ pub struct BenchBmgArgs {
 
 /// Run `weft bench bmg`.
 pub fn run(a: BenchBmgArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     super::checks::within("--period-us", a.period_us, 10..=1_000_000)?;
     super::checks::within(
         "--backoff",

@@ -100,6 +100,7 @@ pub struct BenchBroadcastArgs {
 
 /// Run `weft bench broadcast`.
 pub fn run(a: BenchBroadcastArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     super::checks::distinct("--nodes-list", &a.nodes_list)?;
     let least = if a.fail.is_some() { 3 } else { 2 };
     for &n in &a.nodes_list {

@@ -40,6 +40,7 @@ pub struct BenchCheckpointArgs {
 
 /// Run `weft bench checkpoint`.
 pub fn run(a: BenchCheckpointArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     super::checks::within("--nodes", a.nodes, 2..=4096)?;
     anyhow::ensure!(
         a.fail < a.nodes,

@@ -44,6 +44,7 @@ pub struct BenchHeartbeatArgs {
 
 /// Run `weft bench heartbeat`.
 pub fn run(a: BenchHeartbeatArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     super::checks::within("--nodes", a.nodes, 3..=1024)?;
     let trials = a.trials.unwrap_or(8.min(a.nodes - 2));
     anyhow::ensure!(

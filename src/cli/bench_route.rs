@@ -41,6 +41,7 @@ pub struct BenchRouteArgs {
 
 /// Run `weft bench route`.
 pub fn run(a: BenchRouteArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     super::checks::within("--nodes", a.nodes, 2..=4096)?;
     let fail = match a.fail {
         Some(f) => {

@@ -105,8 +105,16 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         None
     };
     // Every size is checked (and its first trial planned) before the first one runs.
+    let transports = a.engine.transports();
+    anyhow::ensure!(
+        transports.len() == 1 || (a.hosts.is_none() && a.bootstrap.is_none()),
+        "--transport: one transport with --hosts or --bootstrap (each rank is one node's process)"
+    );
     let mut configs = Vec::new();
-    for &n in &sizes {
+    for (&n, &transport) in sizes
+        .iter()
+        .flat_map(|n| transports.iter().map(move |t| (n, t)))
+    {
         let mut cfg = BenchConfig {
             timeout,
             procs: procs.clone(),
@@ -115,6 +123,7 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             placement: a.placement.into(),
             ..a.tree.bench(n, fail.clone(), seed, &a.engine)
         };
+        cfg.opts.transport = transport;
         if let Some(ms) = a.dead_after_ms {
             let d = checks::positive_duration("--dead-after-ms", ms as f64, 1e-3)?;
             cfg.opts.reactor.dead_after = Some(d);
@@ -124,6 +133,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = &a.plot {
         checks::writable("--plot", p)?;
+        anyhow::ensure!(
+            transports.len() == 1,
+            "--plot draws one transport's Ts: give one --transport"
+        );
     }
     if matches!(fail, Fail::Host(_)) && a.hosts.is_none() && a.bootstrap.is_none() {
         anyhow::bail!("--fail {fail}: needs processes on several hosts (--hosts K or --bootstrap)");
@@ -174,9 +187,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         }
         say!("steal = CPU time the hypervisor took from this machine during the run");
         say!(
-            "{:>6} {:>3} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>7} {:>6}",
+            "{:>6} {:>3} {:>9} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>16} {:>10} {:>7} {:>6}",
             "nodes",
             "H",
+            "transport",
             "backend",
             "wait",
             "p50 µs",
@@ -192,7 +206,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
     let mut reports: Vec<BenchReport> = Vec::new();
     let mut floors: Vec<Option<WaveReport>> = Vec::new();
     let ci = |c: Option<f64>| c.map_or("-".to_string(), |c| format!("{c:.1}"));
-    for cfg in configs {
+    // Rows of the current size still waiting for its floor.
+    let mut pending_floor = 0;
+    let mut configs_left = configs.into_iter().peekable();
+    while let Some(cfg) = configs_left.next() {
         let n = cfg.nodes;
         let bar = ProgressBar::new(a.repeat as u64).with_style(
             ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} trials {elapsed}")
@@ -205,9 +222,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             say!("{}", serde_json::to_string(&r)?);
         } else {
             say!(
-                "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5} {:>10.1} {:>7} {:>6}",
+                "{:>6} {:>3} {:>9} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5} {:>10.1} {:>7} {:>6}",
                 r.nodes,
                 r.height,
+                r.transport,
                 r.backend,
                 r.wait,
                 r.ts_p50_us,
@@ -225,9 +243,17 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             r.views_agree,
             "{n} nodes: survivors did not agree on one view"
         );
-        if a.compare {
+        // The floor once per size, after its last transport's row; every row is put beside it.
+        let last_of_size = configs_left.peek().is_none_or(|c| c.nodes != n);
+        if a.compare && !last_of_size {
+            pending_floor += 1;
+        }
+        if a.compare && last_of_size {
             let Some(f) = floor(&cfg, a.repeat)? else {
-                floors.push(None);
+                for _ in 0..=pending_floor {
+                    floors.push(None);
+                }
+                pending_floor = 0;
                 reports.push(r);
                 continue;
             };
@@ -235,9 +261,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 say!("{}", serde_json::to_string(&f)?);
             } else {
                 say!(
-                    "{:>6} {:>3} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5} {:>10} {:>7} {:>6}",
+                    "{:>6} {:>3} {:>9} {:>7} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ± {:<5} {:>10} {:>7} {:>6}",
                     f.nodes,
                     f.height,
+                    "-",
                     f.backend,
                     f.wait,
                     f.ts_p50_us,
@@ -251,7 +278,10 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                     "-"
                 );
             }
-            floors.push(Some(f));
+            for _ in 0..=pending_floor {
+                floors.push(Some(f.clone()));
+            }
+            pending_floor = 0;
         }
         reports.push(r);
     }
@@ -265,8 +295,9 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
         for (r, f) in reports.iter().zip(&floors) {
             match f {
                 Some(f) => say!(
-                    "{:>6} nodes  Ts p50 {}   mean {}   CPU {}",
+                    "{:>6} nodes {:>7}  Ts p50 {}   mean {}   CPU {}",
                     r.nodes,
+                    r.transport,
                     ratio(Some(r.ts_p50_us), f.ts_p50_us),
                     ratio(Some(r.ts_mean_us), f.ts_mean_us),
                     ratio(r.cpu_mean_us, f.cpu_mean_us)

@@ -51,6 +51,7 @@ pub struct BspRunArgs {
 
 /// Run `weft bsp run`; fails when the result is wrong or missing.
 pub fn run(a: BspRunArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     let app = by_name(&a.app)
         .ok_or_else(|| anyhow::anyhow!("--app {:?}: prefix-sum or jacobi", a.app))?;
     super::checks::within("--nodes", a.nodes, 2..=1024)?;

@@ -132,18 +132,37 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value = "block")]
     pub wait: WaitArg,
     /// How nodes reach their peers (default: automatic, or WEFT_TRANSPORT): nodes of one
-    /// process in-process, others over TCP.
-    #[arg(long, value_enum)]
-    pub transport: Option<TransportArg>,
+    /// process in-process, others over TCP. `weft bench stabilize` takes several (tcp,inproc)
+    /// and prints a row for each.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub transport: Vec<TransportArg>,
 }
 
 impl EngineArgs {
-    /// The engine settings of a job these flags start ([`job_options`]).
+    /// The engine settings of a job these flags start ([`job_options`]), with the first
+    /// `--transport` (see [`Self::one_transport`]).
     pub fn job_options(&self) -> weft::transport::NodeOptions {
         weft::transport::NodeOptions {
-            transport: self.transport.map(Into::into),
+            transport: self.transport.first().copied().map(Into::into),
             ..job_options(self.wait.into(), self.backend.map(Into::into))
         }
+    }
+
+    /// Every `--transport` asked for, or the automatic choice alone.
+    pub fn transports(&self) -> Vec<Option<weft::transport::Transport>> {
+        match self.transport.as_slice() {
+            [] => vec![None],
+            t => t.iter().map(|&t| Some(t.into())).collect(),
+        }
+    }
+
+    /// Refuse several `--transport`s, for a command that runs one.
+    pub fn one_transport(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.transport.len() <= 1,
+            "--transport: this command runs one transport (weft bench stabilize takes several)"
+        );
+        Ok(())
     }
 }
 

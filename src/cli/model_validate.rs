@@ -60,6 +60,7 @@ pub struct ValidateArgs {
 
 /// Run `weft model validate`.
 pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
+    a.engine.one_transport()?;
     // Everything is checked before the first measurement.
     let timeout = checks::positive_duration("--timeout-s", a.timeout_s, 1.0)?;
     a.tree.check()?;
