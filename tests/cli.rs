@@ -396,6 +396,72 @@ fn a_closed_stdout_pipe_ends_the_run_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// In-process, `weft ping --compare` puts weft beside Open MPI's shared-memory BTL, built and
+/// run for the comparison, with per-round ratios, and leaves nothing of the build behind.
+#[test]
+fn ping_in_process_is_compared_with_open_mpis_vader() {
+    if !weft::bench::ping::Peer::vader_available() {
+        common::skip::skip("Open MPI's mpicc and mpirun (libopenmpi-dev, openmpi-bin)");
+        return;
+    }
+    let out = succeed(&[
+        "ping",
+        "--sizes",
+        "32,70000",
+        "--iters",
+        "300",
+        "--wait",
+        "block",
+        "--transport",
+        "inproc",
+        "--compare",
+        "--peer",
+        "vader",
+        "--rounds",
+        "3",
+        "--json",
+    ]);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let who: Vec<(&str, &str, u64)> = rows
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap();
+            (s("transport"), s("backend"), r["size"].as_u64().unwrap())
+        })
+        .collect();
+    let weft_backend = who[0].1;
+    assert_eq!(
+        who,
+        [
+            ("inproc", weft_backend, 32),
+            ("inproc", weft_backend, 70000),
+            ("shm", "openmpi-vader", 32),
+            ("shm", "openmpi-vader", 70000)
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r["iters"], 300, "{r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(
+        rows[0]["p50_ratio"]["n"], 3,
+        "a ratio per round: {}",
+        rows[0]
+    );
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("weft-vader-"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the peer's build was left behind: {left:?}"
+    );
+}
+
 #[test]
 fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
     let out = succeed(&[
@@ -408,6 +474,8 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
         "poll",
         "--wait",
         "block",
+        "--transport",
+        "tcp",
         "--compare",
         "--rounds",
         "3",

@@ -123,11 +123,20 @@ pub fn compare(
     iters: u64,
     rounds: u64,
     opts: NodeOptions,
+    peer: Peer,
     peer_congestion: Option<&str>,
 ) -> Result<(Vec<PingRow>, Vec<PingRow>), EngineError> {
     use crate::engine::congestion::resolve;
     let our_cc = resolve(opts.reactor.congestion.as_deref())?;
-    let peer_cc = resolve(peer_congestion)?;
+    let peer_cc = match peer {
+        Peer::StdBusy => resolve(peer_congestion)?,
+        Peer::Vader => "-".to_string(),
+    };
+    let vader = match peer {
+        Peer::Vader => Some(Vader::build()?),
+        Peer::StdBusy => None,
+    };
+    let (peer_name, peer_transport) = peer.names();
     let rounds = rounds.clamp(1, iters.max(1));
     let (mut ours, mut peers) = (HashMap::new(), HashMap::new());
     let (mut our_steal, mut peer_steal) = (StealTally::default(), StealTally::default());
@@ -144,11 +153,22 @@ pub fn compare(
         transport = went;
         our_steal = our_steal.with(&steal);
         let steal = StealMeter::start();
-        let peer = std_busy_poll_rtts(sizes, n, peer_congestion)?;
+        let peer = match &vader {
+            Some(v) => v.rtts(sizes, n)?,
+            None => std_busy_poll_rtts(sizes, n, peer_congestion)?,
+        };
         peer_steal = peer_steal.with(&steal);
         let ours_now = rows_from(&our, sizes, &backend, &transport, &wait, &our_cc, None);
         ran_on.push(backend);
-        let peer_now = rows_from(&peer, sizes, "std-busy", "tcp", "busy", &peer_cc, None);
+        let peer_now = rows_from(
+            &peer,
+            sizes,
+            peer_name,
+            peer_transport,
+            "busy",
+            &peer_cc,
+            None,
+        );
         for (o, p) in ours_now.iter().zip(&peer_now) {
             let (p50, mb) = per_round.entry(o.size).or_default();
             p50.push(o.p50_us / p.p50_us);
@@ -179,13 +199,152 @@ pub fn compare(
         rows_from(
             &peers,
             sizes,
-            "std-busy",
-            "tcp",
+            peer_name,
+            peer_transport,
             "busy",
             &peer_cc,
             peer_steal.pct(),
         ),
     ))
+}
+
+/// What weft's ping-pong is put beside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// The same ping-pong over std `TcpStream`s, busy-polled ([`std_busy_poll_rtts`]): the
+    /// floor of the TCP path.
+    StdBusy,
+    /// Open MPI's ping-pong between two ranks of this host through its shared-memory BTL
+    /// (`tools/peers/vader_pingpong.c`, built with `mpicc`, run with `mpirun -np 2
+    /// --bind-to core --mca btl self,vader`): the peer of co-located transports.
+    Vader,
+}
+
+impl Peer {
+    /// The peer rows' `backend` and `transport`.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Peer::StdBusy => ("std-busy", "tcp"),
+            Peer::Vader => ("openmpi-vader", "shm"),
+        }
+    }
+
+    /// Whether Open MPI's compiler wrapper and launcher are on the `PATH` (what
+    /// [`Peer::Vader`] needs).
+    pub fn vader_available() -> bool {
+        ["mpicc", "mpirun"].iter().all(|t| on_path(&open_mpi(t)))
+    }
+}
+
+/// Open MPI's own name of `tool` where Debian keeps one (`mpicc.openmpi`): with MPICH
+/// installed too, `mpicc` and `mpirun` may be either's.
+fn open_mpi(tool: &str) -> String {
+    let own = format!("{tool}.openmpi");
+    if on_path(&own) {
+        own
+    } else {
+        tool.to_string()
+    }
+}
+
+/// Whether `tool` is an executable on the `PATH`.
+fn on_path(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            std::fs::metadata(d.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// The Open MPI ping-pong, built for one comparison in a directory of its own that goes with
+/// it.
+struct Vader {
+    dir: std::path::PathBuf,
+}
+
+impl Vader {
+    const SOURCE: &'static str = include_str!("../../tools/peers/vader_pingpong.c");
+
+    fn build() -> Result<Self, EngineError> {
+        let fail = |what: String| EngineError::Io(std::io::Error::other(what));
+        if !Peer::vader_available() {
+            return Err(fail(
+                "the vader peer needs Open MPI's mpicc and mpirun on the PATH \
+                 (Debian: libopenmpi-dev, openmpi-bin)"
+                    .into(),
+            ));
+        }
+        let dir = std::env::temp_dir().join(format!("weft-vader-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let v = Vader { dir };
+        let src = v.dir.join("vader_pingpong.c");
+        std::fs::write(&src, Self::SOURCE)?;
+        let out = std::process::Command::new(open_mpi("mpicc"))
+            .args(["-O2", "-o"])
+            .arg(v.dir.join("vader_pingpong"))
+            .arg(&src)
+            .output()?;
+        if !out.status.success() {
+            return Err(fail(format!(
+                "mpicc failed on the vader peer: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(v)
+    }
+
+    /// Round-trip times in nanoseconds per size: `iters` timed round trips after the same
+    /// warm-up as weft's.
+    fn rtts(&self, sizes: &[usize], iters: u64) -> Result<Rtts, EngineError> {
+        let fail = |what: String| EngineError::Io(std::io::Error::other(what));
+        let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
+        let out = std::process::Command::new(open_mpi("mpirun"))
+            .args(["--allow-run-as-root", "-np", "2", "--bind-to", "core"])
+            .args(["--mca", "btl", "self,vader"])
+            .arg(self.dir.join("vader_pingpong"))
+            .arg(iters.to_string())
+            .arg(list.join(","))
+            .arg("raw")
+            .env("OMPI_MCA_btl", "self,vader")
+            .stdin(std::process::Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            return Err(fail(format!(
+                "mpirun of the vader peer failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let mut rtts = Rtts::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let (Some(size), Some(samples)) = (v["size"].as_u64(), v["rtt_ns"].as_array()) else {
+                continue;
+            };
+            let samples = samples.iter().filter_map(|x| x.as_f64()).map(|x| x as u64);
+            rtts.entry(size as usize).or_default().extend(samples);
+        }
+        if sizes
+            .iter()
+            .any(|s| rtts.get(s).is_none_or(|v| v.len() as u64 != iters))
+        {
+            return Err(fail(format!(
+                "the vader peer did not report every size: {}",
+                String::from_utf8_lossy(&out.stdout).trim()
+            )));
+        }
+        Ok(rtts)
+    }
+}
+
+impl Drop for Vader {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 fn merge(into: &mut HashMap<usize, Vec<u64>>, from: HashMap<usize, Vec<u64>>) {

@@ -4,13 +4,22 @@
 use super::checks;
 use super::values::{BackendArg, TransportArg, WaitArg};
 use clap::Args;
-use weft::bench::ping::{compare, engine, PingRow};
+use weft::bench::ping::{compare, engine, Peer, PingRow};
 use weft::engine::Backend;
 use weft::transport::NodeOptions;
 
 /// Most round trips per size: past it a run takes days, and the counts stay far from
 /// overflowing.
 const MAX_ITERS: u64 = 1_000_000_000;
+
+/// `weft ping --peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PeerArg {
+    /// The std-library ping-pong over TCP, busy-polled.
+    Std,
+    /// Open MPI's ping-pong through its shared-memory BTL (vader), built with mpicc.
+    Vader,
+}
 
 /// Arguments of `weft ping`.
 #[derive(Args, Debug)]
@@ -44,9 +53,15 @@ pub struct PingArgs {
     /// off by default).
     #[arg(long)]
     zerocopy_min: Option<usize>,
-    /// Also run the std-library busy-poll ping-pong with the same sizes and print ratios.
+    /// Also run a peer's ping-pong with the same sizes, taking turns, and print ratios: the
+    /// std-library busy-poll loop over TCP, or for an in-process transport Open MPI's vader
+    /// where mpicc and mpirun are found (--peer).
     #[arg(long)]
     compare: bool,
+    /// With --compare: the peer (default: vader for the in-process transport when Open MPI is
+    /// installed, else std).
+    #[arg(long, value_enum, requires = "compare")]
+    peer: Option<PeerArg>,
     /// With --compare: weft and the peer take turns in this many rounds of iters/rounds round
     /// trips each, so that the host's slow and fast spells fall on both; each round gives a
     /// ratio, and their median comes with a 95% interval (6 rounds or more).
@@ -111,7 +126,16 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     };
     let (ours, peer) = if a.compare {
         let peer_cc = super::congestion_arg(a.peer_congestion.as_deref().unwrap_or(&a.congestion));
-        compare(&a.sizes, a.iters, rounds, opts, peer_cc.as_deref())?
+        let in_process = weft::transport::Transport::chosen(opts.transport)
+            .map_err(anyhow::Error::msg)?
+            != weft::transport::Transport::Tcp;
+        let peer = match a.peer {
+            Some(PeerArg::Std) => Peer::StdBusy,
+            Some(PeerArg::Vader) => Peer::Vader,
+            None if in_process && Peer::vader_available() => Peer::Vader,
+            None => Peer::StdBusy,
+        };
+        compare(&a.sizes, a.iters, rounds, opts, peer, peer_cc.as_deref())?
     } else {
         (engine(&a.sizes, a.iters, opts)?, Vec::new())
     };
@@ -137,10 +161,12 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     say!("steal = CPU time the hypervisor took from this machine during that backend's run");
     let cc = |rows: &[PingRow]| rows.first().map_or(String::new(), |r| r.congestion.clone());
     match peer.is_empty() {
+        _ if transport == "inproc" => {}
         true => say!("TCP congestion control: {}", cc(&ours)),
         false => say!(
-            "TCP congestion control: weft {}, std-busy {}",
+            "TCP congestion control: weft {}, {} {}",
             cc(&ours),
+            peer[0].backend,
             cc(&peer)
         ),
     }
@@ -175,7 +201,10 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     ours.iter().for_each(show);
     if !peer.is_empty() {
         peer.iter().for_each(show);
-        say!("\nweft / std-busy: the median of the per-round ratios [its 95% interval]");
+        say!(
+            "\nweft / {}: the median of the per-round ratios [its 95% interval]",
+            peer[0].backend
+        );
         say!("(p50 latency: lower is better; bandwidth: higher is better)");
         let interval = |m: &Option<weft::metrics::MedianInterval>| {
             m.map_or("-".to_string(), |m| {

@@ -2,7 +2,9 @@
  * between two ranks of one host, through whichever BTL the command line selects (vader/sm:
  * `--mca btl self,vader`, or `self,tcp`). Same measure as weft ping: per size, `iters` timed
  * round trips after a warm-up, one-way = RTT / 2, p50 and p99 of those, MB/s = size / mean
- * one-way. One JSON line per size on rank 0's stdout.
+ * one-way. One JSON line per size on rank 0's stdout; with a third argument `raw`, each line
+ * carries the round-trip times instead (`rtt_ns`), which `weft ping --compare --peer vader`
+ * reads.
  *
  *   mpicc -O2 -o vader_pingpong tools/peers/vader_pingpong.c
  *   mpirun --allow-run-as-root -np 2 --bind-to core --mca btl self,vader \
@@ -25,6 +27,7 @@ int main(int argc, char **argv) {
     long iters = argc > 1 ? atol(argv[1]) : 10000;
     const char *list = argc > 2 ? argv[2] : "32";
     const char *btl = getenv("OMPI_MCA_btl");
+    int raw = argc > 3 && strcmp(argv[3], "raw") == 0;
     long warm = iters / 10 < 10 ? 10 : (iters / 10 > 1000 ? 1000 : iters / 10);
     char *sizes = strdup(list);
     double *oneway = malloc(sizeof(double) * iters);
@@ -44,7 +47,12 @@ int main(int argc, char **argv) {
             if (i >= warm)
                 oneway[i - warm] = (MPI_Wtime() - t) * 1e6 / 2;
         }
-        if (rank == 0) {
+        if (rank == 0 && raw) {
+            printf("{\"size\":%ld,\"rtt_ns\":[", size);
+            for (long i = 0; i < iters; i++)
+                printf(i ? ",%.0f" : "%.0f", oneway[i] * 2e3);
+            printf("]}\n");
+        } else if (rank == 0) {
             double sum = 0;
             for (long i = 0; i < iters; i++)
                 sum += oneway[i];
