@@ -1144,8 +1144,13 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
             r["sim_crossing_conns"].as_u64().unwrap() >= r["sim_turns_conns"].as_u64().unwrap(),
             "{r}"
         );
-        // The CPU a connection costs is measured once the round starts, not racing it.
-        assert!(real("connect_cpu_us") > 0.0, "{r}");
+        // The CPU a connection costs is measured once the round starts, not racing it; the
+        // in-process nodes of the default have links instead, which cost about nothing.
+        match r["transport"].as_str() {
+            Some("tcp") => assert!(real("connect_cpu_us") > 0.0, "{r}"),
+            Some("inproc") => assert!(real("connect_cpu_us") >= 0.0, "{r}"),
+            t => panic!("transport {t:?}: {r}"),
+        }
         assert_eq!(r["converged"], true, "{r}");
         assert_eq!(r["wrong"], 0, "{r}");
         assert!(r["real_ms"].as_f64().unwrap() > 0.0, "{r}");

@@ -182,7 +182,11 @@ pub struct BmgBenchRow {
     pub ratio_built_max: f64,
     /// Real: connections authenticated, the middle run's (`None` with `--procs`). The
     /// engine keeps both connections of two processes that dialed each other at once.
+    /// In-process, the pairs that talked (each end counted, as a connection's).
     pub conns: Option<u64>,
+    /// How the real nodes reached each other: `tcp`, or `inproc` (no connections: a link
+    /// costs no dial, and [`Self::connect_cpu_us`] reads about 0).
+    pub transport: String,
     /// The turns projection's connections: one per pair of processes that exchanged a
     /// message.
     pub sim_turns_conns: u64,
@@ -864,6 +868,15 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         ratio_built_min,
         ratio_built_max,
         conns: connections,
+        transport: match cfg.procs {
+            Some(_) => "tcp".into(),
+            None => crate::transport::Transport::chosen(cfg.opts.transport)
+                .and_then(|t| {
+                    t.in_process(cfg.opts.reactor.reconnect, cfg.opts.reactor.own_descriptors)
+                })
+                .map_or("tcp", |inproc| if inproc { "inproc" } else { "tcp" })
+                .into(),
+        },
         sim_turns_conns: turns.conns,
         sim_crossing_built_ms: ms(crossing.built),
         ratio_crossing,
