@@ -1229,8 +1229,13 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         r["depth"].as_u64().unwrap() >= 4,
         "50 processes, 3 children at most: {r}"
     );
-    // Connections charged as CPU make the projection longer, never shorter.
-    assert!(r["connect_us"].as_f64().unwrap() > 0.0, "{r}");
+    // Connections charged as CPU make the projection longer, never shorter. In-process (the
+    // default) a first message has no dial to wait for, and may come as fast as the rest.
+    match r["transport"].as_str() {
+        Some("tcp") => assert!(r["connect_us"].as_f64().unwrap() > 0.0, "{r}"),
+        Some("inproc") => assert!(r["connect_us"].as_f64().unwrap() >= 0.0, "{r}"),
+        t => panic!("transport {t:?}: {r}"),
+    }
     assert!(
         r["sim_connect_ms"].as_f64().unwrap() >= r["sim_ms"].as_f64().unwrap(),
         "{r}"
