@@ -5,11 +5,13 @@
 # and every run's median, which is what bluegene_notes/engine-latency.md reports as
 # "per-round medians, N alternations".
 #   tools/ping-ab.sh BACKEND SIZES RUNS BIN_A BIN_B [BIN ...]
-#   ITERS (default 20000), ROUNDS (20) and WAIT (busy) pass through to `weft ping`.
+#   ITERS (default 20000), ROUNDS (20) and WAIT (busy) pass through to `weft ping`, and
+#   WEFT_TRANSPORT (tcp: the std peer's path; binaries before in-process delivery ignore it).
 # Example: tools/ping-ab.sh uring 4096,16384 3 /tmp/weft-before target/release/weft
 set -euo pipefail
+export WEFT_TRANSPORT="${WEFT_TRANSPORT:-tcp}"
 if [ $# -lt 5 ]; then
-    sed -n '2,9p' "$0" >&2
+    sed -n '2,10p' "$0" >&2
     exit 2
 fi
 backend=$1 sizes=$2 runs=$3
