@@ -23,6 +23,14 @@ fn has_fields(v: &serde_json::Value, fields: &[&str]) {
 }
 
 /// The one JSON object a `--json` run printed.
+/// One JSON object per line of `out`'s stdout.
+fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
 fn one_json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
@@ -421,10 +429,7 @@ fn ping_in_process_is_compared_with_open_mpis_vader() {
         "3",
         "--json",
     ]);
-    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let rows = json_lines(&out);
     let who: Vec<(&str, &str, u64)> = rows
         .iter()
         .map(|r| {
@@ -481,10 +486,7 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
         "3",
         "--json",
     ]);
-    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let rows = json_lines(&out);
     let who: Vec<(&str, u64)> = rows
         .iter()
         .map(|r| (r["backend"].as_str().unwrap(), r["size"].as_u64().unwrap()))

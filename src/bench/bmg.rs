@@ -870,12 +870,7 @@ pub fn run(n: u32, cfg: &BmgBenchConfig) -> Result<BmgBenchRow, BenchError> {
         conns: connections,
         transport: match cfg.procs {
             Some(_) => "tcp".into(),
-            None => crate::transport::Transport::chosen(cfg.opts.transport)
-                .and_then(|t| {
-                    t.in_process(cfg.opts.reactor.reconnect, cfg.opts.reactor.own_descriptors)
-                })
-                .map_or("tcp", |inproc| if inproc { "inproc" } else { "tcp" })
-                .into(),
+            None => cfg.opts.links()?.to_string(),
         },
         sim_turns_conns: turns.conns,
         sim_crossing_built_ms: ms(crossing.built),

@@ -186,7 +186,7 @@ impl NodeOptions {
     /// Check the settings before any node starts: each wrong one is named.
     pub fn check(&self) -> Result<(), EngineError> {
         self.reactor.check()?;
-        Transport::chosen(self.transport).map_err(EngineError::Config)?;
+        self.links()?;
         if self.params.len() > crate::wire::handshake::MAX_PARAMS {
             return Err(EngineError::Config(format!(
                 "job parameters of {} bytes: at most {}",
@@ -195,6 +195,23 @@ impl NodeOptions {
             )));
         }
         Ok(())
+    }
+}
+
+impl NodeOptions {
+    /// How the nodes of one [`Cluster`] with these options reach each other:
+    /// [`Transport::Inproc`] or [`Transport::Tcp`] (the choice, `WEFT_TRANSPORT` or the
+    /// automatic one, resolved against `reconnect` and `own_descriptors`).
+    pub fn links(&self) -> Result<Transport, EngineError> {
+        let t = Transport::chosen(self.transport).map_err(EngineError::Config)?;
+        let inproc = t
+            .in_process(self.reactor.reconnect, self.reactor.own_descriptors)
+            .map_err(EngineError::Config)?;
+        Ok(if inproc {
+            Transport::Inproc
+        } else {
+            Transport::Tcp
+        })
     }
 }
 
@@ -538,10 +555,8 @@ where
         let polls = (0..reactors)
             .map(|_| waker_poll())
             .collect::<Result<Vec<_>, _>>()?;
-        let transport = Transport::chosen(opts.transport).map_err(EngineError::Config)?;
-        let in_process = transport
-            .in_process(opts.reactor.reconnect, opts.reactor.own_descriptors)
-            .map_err(EngineError::Config)?;
+        let transport = opts.links()?;
+        let in_process = transport == Transport::Inproc;
         let mut ports: Vec<Option<Port<P::Msg>>> = if in_process {
             // Each reactor's nodes take its slots in id order, as `groups` holds them.
             let mut next = vec![0; reactors];
@@ -580,11 +595,7 @@ where
             nodes,
             events: rx,
             epoch,
-            transport: if in_process {
-                Transport::Inproc
-            } else {
-                Transport::Tcp
-            },
+            transport,
             reactors: threads,
         })
     }
