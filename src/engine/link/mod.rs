@@ -4,6 +4,7 @@
 //! both backends drive each.
 
 pub mod inproc;
+pub mod shm;
 mod spsc;
 
 use serde::Serialize;
