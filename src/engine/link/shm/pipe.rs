@@ -121,6 +121,20 @@ impl Ring {
     }
 }
 
+/// After publishing: whether the other end raised `flag` (it sleeps or waits), taking it
+/// down, so one sleep costs one ring however many publications wake it. The fence pairs with
+/// [`raise_flag`]'s: one of the two ends sees the other's store.
+fn take_flag(flag: &AtomicU32) -> bool {
+    fence(Ordering::SeqCst);
+    flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0
+}
+
+/// Before looking once more and sleeping: say so (see [`take_flag`]).
+fn raise_flag(flag: &AtomicU32) {
+    flag.store(1, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+}
+
 /// The writing end of one direction.
 pub struct Writer {
     ring: Ring,
@@ -207,16 +221,13 @@ impl Writer {
     /// After writes: whether the reader sleeps and must be rung (the flag is taken down, so
     /// one sleep costs one ring however many writes wake it).
     pub fn must_ring(&self) -> bool {
-        fence(Ordering::SeqCst);
-        self.ring.reader_sleeps().load(Ordering::Relaxed) != 0
-            && self.ring.reader_sleeps().swap(0, Ordering::AcqRel) != 0
+        take_flag(self.ring.reader_sleeps())
     }
 
     /// The ring is full and more waits: ask to be rung when the reader makes room. `false`
     /// when room came meanwhile (write again instead of waiting).
     pub fn wait_for_room(&mut self) -> Result<bool, Corrupt> {
-        self.ring.writer_waits().store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        raise_flag(self.ring.writer_waits());
         if self.room(1)? > 0 {
             self.ring.writer_waits().store(0, Ordering::Relaxed);
             return Ok(false);
@@ -278,16 +289,13 @@ impl Reader {
 
     /// After reads: whether the writer waits for room and must be rung.
     pub fn must_ring(&self) -> bool {
-        fence(Ordering::SeqCst);
-        self.ring.writer_waits().load(Ordering::Relaxed) != 0
-            && self.ring.writer_waits().swap(0, Ordering::AcqRel) != 0
+        take_flag(self.ring.writer_waits())
     }
 
     /// About to sleep: raise the flag and look once more. `true`: sleep (the writer will ring);
     /// `false`: bytes came meanwhile, read them instead.
     pub fn sleep(&mut self) -> Result<bool, Corrupt> {
-        self.ring.reader_sleeps().store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        raise_flag(self.ring.reader_sleeps());
         if self.ready()? > 0 {
             self.ring.reader_sleeps().store(0, Ordering::Relaxed);
             return Ok(false);
