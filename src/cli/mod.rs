@@ -132,8 +132,8 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value = "block")]
     pub wait: WaitArg,
     /// How nodes reach their peers (default: automatic, or WEFT_TRANSPORT): nodes of one
-    /// process in-process, others over TCP. `weft bench stabilize` takes several (tcp,inproc)
-    /// and prints a row for each.
+    /// process in-process, processes of one host through shared memory, others over TCP.
+    /// `weft bench stabilize` takes several (tcp,inproc,shm) and prints a row for each.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub transport: Vec<TransportArg>,
 }

@@ -54,11 +54,11 @@ pub struct PingArgs {
     #[arg(long)]
     zerocopy_min: Option<usize>,
     /// Also run a peer's ping-pong with the same sizes, taking turns, and print ratios: the
-    /// std-library busy-poll loop over TCP, or for an in-process transport Open MPI's vader
-    /// where mpicc and mpirun are found (--peer).
+    /// std-library busy-poll loop over TCP, or for a co-located transport (in-process, shared
+    /// memory) Open MPI's vader where mpicc and mpirun are found (--peer).
     #[arg(long)]
     compare: bool,
-    /// With --compare: the peer (default: vader for the in-process transport when Open MPI is
+    /// With --compare: the peer (default: vader for a co-located transport when Open MPI is
     /// installed, else std).
     #[arg(long, value_enum, requires = "compare")]
     peer: Option<PeerArg>,
@@ -153,6 +153,14 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         ("inproc", _) => say!(
             "weft ping: 2 nodes in-process, reactors on cores 0 and 1, one-way latency = RTT/2"
         ),
+        ("shm", 1) => say!(
+            "weft ping: 2 nodes through a shared-memory link, on one reactor, core 0, one-way \
+             latency = RTT/2"
+        ),
+        ("shm", _) => say!(
+            "weft ping: 2 nodes through a shared-memory link, reactors on cores 0 and 1, \
+             one-way latency = RTT/2"
+        ),
         _ => say!("weft ping: 2 nodes on 127.0.0.1, cores 0 and 1, one-way latency = RTT/2"),
     }
     if transport == "inproc" {
@@ -161,7 +169,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     say!("steal = CPU time the hypervisor took from this machine during that backend's run");
     let cc = |rows: &[PingRow]| rows.first().map_or(String::new(), |r| r.congestion.clone());
     match peer.is_empty() {
-        _ if transport == "inproc" => {}
+        _ if transport == "inproc" || transport == "shm" => {}
         true => say!("TCP congestion control: {}", cc(&ours)),
         false => say!(
             "TCP congestion control: weft {}, {} {}",

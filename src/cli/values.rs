@@ -59,13 +59,17 @@ value_enum! {
 value_enum! {
     /// How nodes reach their peers.
     TransportArg => weft::transport::Transport {
-        /// The fastest that reaches each peer: in-process between nodes of one process, TCP
-        /// otherwise (TCP for all with reconnection).
+        /// The fastest that reaches each peer: in-process between nodes of one process,
+        /// shared memory between processes of one host, TCP otherwise (TCP for all with
+        /// reconnection).
         Auto,
         /// TCP for every peer, loopback included.
         Tcp,
         /// In-process between nodes of one process, TCP to the rest.
         Inproc,
+        /// Shared-memory rings to every peer on this host (nodes of one process included),
+        /// TCP to the rest.
+        Shm,
     }
 }
 

@@ -17,6 +17,7 @@ pub mod route;
 pub mod storage;
 
 use crate::engine::link::inproc::{self, Place, Port};
+use crate::engine::link::shm::Listener;
 pub use crate::engine::link::Transport;
 use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError};
@@ -29,6 +30,7 @@ use mio::{Poll, Waker};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixListener;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -187,6 +189,7 @@ impl NodeOptions {
     pub fn check(&self) -> Result<(), EngineError> {
         self.reactor.check()?;
         self.links()?;
+        self.shm_between_processes()?;
         if self.params.len() > crate::wire::handshake::MAX_PARAMS {
             return Err(EngineError::Config(format!(
                 "job parameters of {} bytes: at most {}",
@@ -204,14 +207,27 @@ impl NodeOptions {
     /// automatic one, resolved against `reconnect` and `own_descriptors`).
     pub fn links(&self) -> Result<Transport, EngineError> {
         let t = Transport::chosen(self.transport).map_err(EngineError::Config)?;
-        let inproc = t
-            .in_process(self.reactor.reconnect, self.reactor.own_descriptors)
+        let (reconnect, own) = (self.reactor.reconnect, self.reactor.own_descriptors);
+        let inproc = t.in_process(reconnect, own).map_err(EngineError::Config)?;
+        let shm = t
+            .shared_memory(reconnect, own, true)
             .map_err(EngineError::Config)?;
         Ok(if inproc {
             Transport::Inproc
+        } else if shm {
+            Transport::Shm
         } else {
             Transport::Tcp
         })
+    }
+
+    /// Whether a node started alone in its process ([`spawn`]) reaches the peers on its host
+    /// through shared memory: [`Transport::Shm`], or [`Transport::Auto`] unless connections
+    /// are released after every message or reactors have descriptor tables of their own.
+    pub fn shm_between_processes(&self) -> Result<bool, EngineError> {
+        let t = Transport::chosen(self.transport).map_err(EngineError::Config)?;
+        t.shared_memory(self.reactor.reconnect, self.reactor.own_descriptors, false)
+            .map_err(EngineError::Config)
     }
 }
 
@@ -309,6 +325,8 @@ fn start_reactor<P>(
     events: Sender<(NodeId, NodeEvent)>,
     (poll, waker): (Poll, Arc<Waker>),
     local: Option<Port<P::Msg>>,
+    shm: bool,
+    shm_bound: &mut HashMap<NodeId, std::io::Result<UnixListener>>,
 ) -> Result<(ReactorThread, Vec<NodeHandle<P>>), EngineError>
 where
     P: Protocol + Send + 'static,
@@ -335,13 +353,26 @@ where
             bulk_mac: opts.bulk_mac,
             ..Identity::new(opts.job_id, spec.id, spec.key)
         };
-        hosts.push((identity, spec.peers, spec.listener, build, retire));
+        // Bound before the reactor runs (in a cluster, before any reactor runs: see there).
+        let shm_listener = shm.then(|| match shm_bound.remove(&spec.id) {
+            Some(l) => l,
+            None => Listener::bind(&identity).map(Listener::into_socket),
+        });
+        hosts.push((
+            identity,
+            spec.peers,
+            spec.listener,
+            build,
+            retire,
+            shm_listener,
+        ));
     }
     let cfg = ReactorConfig {
         options: opts.reactor.clone(),
         backend,
         fallback: crate::engine::forced_backend(opts.backend)?.is_none(),
         epoch,
+        shm,
     };
     // With a descriptor table of its own, the reactor keeps its poll and listeners and this
     // thread closes its copies of them once the reactor has its table.
@@ -374,13 +405,16 @@ where
         }
         let hosts = hosts
             .into_iter()
-            .map(|(identity, peers, listener, build, retire)| HostSpec {
-                identity,
-                peers,
-                listener,
-                proto: build(),
-                retire,
-            })
+            .map(
+                |(identity, peers, listener, build, retire, shm_listener)| HostSpec {
+                    identity,
+                    peers,
+                    listener,
+                    shm_listener,
+                    proto: build(),
+                    retire,
+                },
+            )
             .collect();
         match Started::new(cfg, poll, hosts, rx, events, local) {
             Ok(reactor) => {
@@ -477,6 +511,8 @@ where
         events,
         waker_poll()?,
         None,
+        opts.shm_between_processes()?,
+        &mut HashMap::new(),
     )?;
     let mut node = handles.pop().ok_or(EngineError::Gone)?;
     node.own = Some(reactor);
@@ -576,13 +612,33 @@ where
         } else {
             (0..reactors).map(|_| None).collect()
         };
+        // Every node's link listener is bound before any reactor runs: a node whose reactor
+        // starts first finds its peers there, instead of going by TCP.
+        let mut shm_bound = HashMap::new();
+        if transport == Transport::Shm {
+            for &id in ids.iter() {
+                let me = Identity::new(opts.job_id, id, key.clone());
+                let l = Listener::bind(&me).map(Listener::into_socket);
+                shm_bound.insert(id, l);
+            }
+        }
         let mut threads = Vec::with_capacity(reactors);
         let mut slots: Vec<Vec<NodeHandle<P>>> = Vec::with_capacity(reactors);
         for (r, (group, poll)) in groups.into_iter().zip(polls).enumerate() {
             let core = opts.pin.then_some(r % cores);
             let local = ports[r].take();
-            let (thread, handles) =
-                start_reactor(group, &opts, backend, epoch, core, tx.clone(), poll, local)?;
+            let (thread, handles) = start_reactor(
+                group,
+                &opts,
+                backend,
+                epoch,
+                core,
+                tx.clone(),
+                poll,
+                local,
+                transport == Transport::Shm,
+                &mut shm_bound,
+            )?;
             threads.push(thread);
             slots.push(handles);
         }

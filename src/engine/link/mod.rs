@@ -1,6 +1,6 @@
-//! How messages reach a peer: over TCP (the reactor's connections), or, between nodes of one
+//! How messages reach a peer: over TCP (the reactor's connections); between nodes of one
 //! process, through the in-process exchange ([`inproc`]), where a message moves as the value
-//! the protocol built. The protocols and the events they see are the same on every link, and
+//! the protocol built; between processes of one host, through shared-memory rings ([`shm`]). The protocols and the events they see are the same on every link, and
 //! both backends drive each.
 
 pub mod inproc;
@@ -15,7 +15,7 @@ use std::fmt;
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// The fastest that reaches each peer: in-process delivery between nodes of one process,
-    /// TCP otherwise. TCP for all when connections are released after every message
+    /// shared memory between processes of one host, TCP otherwise. TCP for all when connections are released after every message
     /// (`ReactorOptions::reconnect`, which only means something over connections), or when
     /// reactors have descriptor tables of their own (`ReactorOptions::own_descriptors`: a
     /// reactor could not reach another's waker).
@@ -25,6 +25,9 @@ pub enum Transport {
     Tcp,
     /// In-process delivery between nodes of one process (TCP to peers elsewhere).
     Inproc,
+    /// Shared-memory links to every peer on this host, also between nodes of one process
+    /// (TCP to peers elsewhere).
+    Shm,
 }
 
 impl Transport {
@@ -55,7 +58,28 @@ impl Transport {
                     .into(),
             ),
             Transport::Inproc => Ok(true),
-            Transport::Tcp => Ok(false),
+            Transport::Tcp | Transport::Shm => Ok(false),
+        }
+    }
+
+    /// Whether a node reaches peers of other processes on its host through shared memory,
+    /// given the same as [`Self::in_process`]; an error for a forced shared-memory transport
+    /// that cannot be. `one_process`: the node's peers are all nodes of its own process,
+    /// which [`Transport::Auto`] reaches in-process instead.
+    pub fn shared_memory(
+        self,
+        reconnect: bool,
+        own_descriptors: bool,
+        one_process: bool,
+    ) -> Result<bool, String> {
+        match self {
+            Transport::Auto => Ok(!reconnect && !own_descriptors && !one_process),
+            Transport::Shm if reconnect => Err(
+                "a shared-memory link is kept for the job: connections released after every                  message (reconnect) are TCP's"
+                    .into(),
+            ),
+            Transport::Shm => Ok(true),
+            Transport::Tcp | Transport::Inproc => Ok(false),
         }
     }
 }
@@ -67,7 +91,8 @@ impl std::str::FromStr for Transport {
             "auto" => Ok(Transport::Auto),
             "tcp" => Ok(Transport::Tcp),
             "inproc" => Ok(Transport::Inproc),
-            _ => Err(format!("{s:?} is none of auto, tcp, inproc")),
+            "shm" => Ok(Transport::Shm),
+            _ => Err(format!("{s:?} is none of auto, tcp, inproc, shm")),
         }
     }
 }
@@ -78,6 +103,7 @@ impl fmt::Display for Transport {
             Transport::Auto => "auto",
             Transport::Tcp => "tcp",
             Transport::Inproc => "inproc",
+            Transport::Shm => "shm",
         })
     }
 }
@@ -88,18 +114,34 @@ mod tests {
 
     #[test]
     fn a_transport_is_named_as_the_command_line_names_it() {
-        for t in [Transport::Auto, Transport::Tcp, Transport::Inproc] {
+        for t in [
+            Transport::Auto,
+            Transport::Tcp,
+            Transport::Inproc,
+            Transport::Shm,
+        ] {
             assert_eq!(t.to_string().parse::<Transport>(), Ok(t));
         }
         assert!("shm2"
             .parse::<Transport>()
             .unwrap_err()
-            .contains("auto, tcp, inproc"));
+            .contains("auto, tcp, inproc, shm"));
         assert_eq!(Transport::Auto.in_process(false, false), Ok(true));
         assert_eq!(Transport::Auto.in_process(true, false), Ok(false));
         assert_eq!(Transport::Auto.in_process(false, true), Ok(false));
         assert_eq!(Transport::Inproc.in_process(true, false), Ok(true));
         assert!(Transport::Inproc.in_process(false, true).is_err());
         assert_eq!(Transport::Tcp.in_process(false, false), Ok(false));
+        assert_eq!(Transport::Shm.in_process(false, false), Ok(false));
+        assert_eq!(Transport::Auto.shared_memory(false, false, false), Ok(true));
+        assert_eq!(Transport::Auto.shared_memory(false, false, true), Ok(false));
+        assert_eq!(Transport::Auto.shared_memory(true, false, false), Ok(false));
+        assert_eq!(Transport::Shm.shared_memory(false, true, true), Ok(true));
+        assert!(Transport::Shm.shared_memory(true, false, false).is_err());
+        assert_eq!(Transport::Tcp.shared_memory(false, false, false), Ok(false));
+        assert_eq!(
+            Transport::Inproc.shared_memory(false, false, false),
+            Ok(false)
+        );
     }
 }

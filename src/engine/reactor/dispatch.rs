@@ -647,10 +647,25 @@ where
         Ok(())
     }
 
+    /// Send `msg` from hosted node `h` to `to`: in-process, over a shared-memory link, or
+    /// over TCP, whichever reaches it (see `local.rs`, `shm.rs`).
     pub(super) fn send(&mut self, h: usize, to: NodeId, msg: P::Msg) -> Result<(), EngineError> {
         let Some(msg) = self.send_local(h, to, msg) else {
             return Ok(());
         };
+        let Some(msg) = self.send_shm(h, to, msg)? else {
+            return Ok(());
+        };
+        self.send_tcp(h, to, msg)
+    }
+
+    /// [`Self::send`] over `to`'s TCP route, dialing one if there is none.
+    pub(super) fn send_tcp(
+        &mut self,
+        h: usize,
+        to: NodeId,
+        msg: P::Msg,
+    ) -> Result<(), EngineError> {
         let msg = if self.releasing.is_empty() {
             msg
         } else {

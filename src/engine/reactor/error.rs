@@ -63,6 +63,10 @@ pub enum ConnError {
     /// The listener cannot accept (out of descriptors or memory): it rests and tries again.
     #[error("accept: {0}; the listener tries again every {1} ms")]
     AcceptRests(String, u128),
+    /// A shared-memory link could not be set up, or its peer broke it (a ring position
+    /// that cannot be, a set-up socket it wrote on).
+    #[error("shared memory: {0}")]
+    Shm(String),
     /// A second process claiming a live member's id: refused, the live one kept.
     #[error("{peer} is already connected as incarnation {live}; refused incarnation {other}")]
     Impostor {

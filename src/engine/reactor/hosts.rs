@@ -207,6 +207,7 @@ where
                 self.held.remove(&slot);
             }
         }
+        self.stop_shm(h);
         self.cold[h] = Cold::default();
         self.timers.cancel_where(|d| {
             matches!(*d, Due::Protocol(x, _) | Due::Listener(x) | Due::Refusals(x) | Due::Crowd(x)

@@ -37,6 +37,7 @@ mod lost;
 mod refusals;
 mod release;
 mod ring;
+mod shm;
 mod spin;
 mod startup;
 mod strangers;
@@ -75,7 +76,9 @@ pub const WAKER: Token = Token(0);
 /// The io_uring ring's eventfd, signalled when completions or completion work wait (lets a
 /// blocked reactor wake).
 const RING: Token = Token(1);
-const FIRST_CONN: usize = 2;
+/// The poll set of the shared-memory links (see `shm.rs`): readable when one needs a look.
+const SHM: Token = Token(2);
+const FIRST_CONN: usize = 3;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
 
@@ -145,6 +148,9 @@ pub struct ReactorConfig {
     /// Time zero of the protocol's clock. Nodes of one process that share it report times
     /// that can be compared (a detection on one node, a stabilization on another).
     pub epoch: Instant,
+    /// Hosted nodes reach peers on this host through shared-memory links (see `shm.rs`),
+    /// and accept them.
+    pub shm: bool,
     /// `backend` is an automatic choice: if this reactor may not have a ring here
     /// ([`crate::engine::uring::refused`]: no permission, too little lockable memory for one
     /// more ring), it runs on poll and the process says so once. A forced io_uring fails the
@@ -160,6 +166,11 @@ pub struct HostSpec<P> {
     pub peers: HashMap<NodeId, SocketAddr>,
     /// Its bound listener.
     pub listener: std::net::TcpListener,
+    /// Its shared-memory link listener, when the reactor uses links
+    /// ([`ReactorConfig::shm`]): bound before any node of the job runs, so that a peer that
+    /// starts first finds it (`None`: bound by the reactor; `Some(Err)`: taken, the node
+    /// dials links but accepts none).
+    pub shm_listener: Option<std::io::Result<std::os::unix::net::UnixListener>>,
     /// Its protocol.
     pub proto: P,
     /// Where its protocol goes when the node stops.
@@ -237,6 +248,8 @@ struct Reactor<P: Protocol, B> {
     /// This reactor's end of the process's in-process exchange, if its nodes use one (see
     /// `local.rs`).
     local: Option<Port<P::Msg>>,
+    /// The hosted nodes' shared-memory links, if they use them (see `shm.rs`).
+    shm: Option<shm::Links<P::Msg>>,
 }
 
 /// A reactor set up on the calling thread for `cfg.backend`, ready to [`run`](Self::run).
@@ -323,8 +336,10 @@ where
         local: Option<Port<P::Msg>>,
     ) -> Result<Self, EngineError> {
         let (mut hosts, mut listeners) = (Vec::new(), Vec::new());
+        let mut shm_listeners = Vec::new();
         let mut by_id = IdMap::default();
         for (h, spec) in specs.into_iter().enumerate() {
+            shm_listeners.push(spec.shm_listener);
             spec.listener.set_nonblocking(true)?;
             let mut listener = TcpListener::from_std(spec.listener);
             io.listen(&poll, &mut listener, h)?;
@@ -342,7 +357,26 @@ where
             }));
         }
         let clock = Clock::since(cfg.epoch);
-        Ok(Self {
+        let mut unbound = Vec::new();
+        let shm = if cfg.shm {
+            let me: Vec<_> = hosts
+                .iter_mut()
+                .zip(&listeners)
+                .zip(shm_listeners)
+                .map(|((h, l), bound)| {
+                    let at = l.as_ref().and_then(|l| l.local_addr().ok());
+                    let h = h.as_ref().expect("every host starts");
+                    let bound = bound.unwrap_or_else(|| shm::bind(&h.identity));
+                    (at.map(|a| a.ip()), bound)
+                })
+                .collect();
+            let (links, failed) = shm::Links::new(&poll, SHM, me, cfg.options.handshake_timeout)?;
+            unbound = failed;
+            Some(links)
+        } else {
+            None
+        };
+        let mut reactor = Self {
             cfg,
             poll,
             cold: hosts.iter().map(|_| Cold::default()).collect(),
@@ -370,7 +404,16 @@ where
             redial: IdMap::default(),
             releasing: IdMap::default(),
             local,
-        })
+            shm,
+        };
+        // A node whose link name is taken (another process of the job runs as it) dials
+        // links but accepts none: said once, as a refusal.
+        for (h, e) in unbound.into_iter().enumerate() {
+            if let Some(e) = e {
+                reactor.refuse(h, None, ConnError::io("listen for shared-memory links", &e));
+            }
+        }
+        Ok(reactor)
     }
 
     fn now(&self) -> Time {
@@ -441,7 +484,8 @@ where
                     || self
                         .local
                         .as_ref()
-                        .is_some_and(|p| p.backlogged() || (!spinning && !p.sleep()));
+                        .is_some_and(|p| p.backlogged() || (!spinning && !p.sleep()))
+                    || (!spinning && self.shm.as_mut().is_some_and(|l| l.before_block()));
                 let mut timeout = if spinning || must_run {
                     Some(Duration::ZERO)
                 } else {
@@ -467,6 +511,9 @@ where
                 let polled = self.poll.poll(&mut events, timeout);
                 if let Some(p) = &self.local {
                     p.awake();
+                }
+                if let Some(l) = &self.shm {
+                    l.awake();
                 }
                 match polled {
                     Ok(()) => {}
@@ -504,6 +551,10 @@ where
             }
             if self.local.is_some() {
                 active |= self.receive_local()?;
+            }
+            if self.shm.is_some() {
+                let look = (spinning && look) || events.iter().any(|ev| ev.token() == SHM);
+                active |= self.shm_turn(look)?;
             }
             active |= !self.inbox.is_empty();
             self.deliver()?;

@@ -125,6 +125,11 @@ where
             }
             return Ok(());
         }
+        // A peer on this host is tried over shared memory first (see `shm.rs`).
+        let mut waiting = waiting;
+        if self.shm_redial(h, to, &mut waiting)? {
+            return Ok(());
+        }
         match self.dial(h, to)? {
             Some(slot) => self.held.entry(slot).or_default().extend(waiting),
             // Refused at once: either waiting again (`redial_later`) or suspected.

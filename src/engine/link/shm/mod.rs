@@ -60,11 +60,15 @@ pub enum ShmError {
     Offer(String),
 }
 
-/// The abstract Unix address node `node` of job `job_id` accepts links on. It names no
-/// secret: abstract names are listed in `/proc/net/unix`, and whoever connects must still pass
+/// The abstract Unix address node `node` of job `job_id` accepts links on: the job id, a tag
+/// derived from the job key (jobs that share an id, such as concurrent tests or two users'
+/// runs, do not meet), and the node. It names no secret: abstract names are listed in
+/// `/proc/net/unix`, the tag reveals nothing of the key, and whoever connects must still pass
 /// the handshake before anything is shared.
 pub fn address(me: &Identity, node: NodeId) -> io::Result<SocketAddr> {
-    let name = format!("weft-shm.{:x}.{}", me.job_id, node.0);
+    let tag = me.key.tag(b"weft-shm address", &[]);
+    let tag = u64::from_le_bytes(tag[..8].try_into().expect("8 bytes"));
+    let name = format!("weft-shm.{:x}.{tag:016x}.{}", me.job_id, node.0);
     SocketAddr::from_abstract_name(name.as_bytes())
 }
 
@@ -157,6 +161,12 @@ impl Listener {
     /// The socket, for a poll set (set it non-blocking there).
     pub fn socket(&self) -> &UnixListener {
         &self.0
+    }
+
+    /// The socket, for a caller that accepts on its own (and hands each stream to
+    /// [`accept_on`]).
+    pub fn into_socket(self) -> UnixListener {
+        self.0
     }
 
     /// Accept one link: the handshake and the segment's check take at most `timeout` of

@@ -27,6 +27,7 @@
 //! one reads what the other published.
 
 use super::segment::Segment;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -265,14 +266,23 @@ impl Reader {
     /// Copy up to `buf.len()` waiting bytes into `buf` and let the writer have their room;
     /// how many (0 when the ring is empty).
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, Corrupt> {
-        let n = (self.ready()? as usize).min(buf.len());
+        // SAFETY: initialized bytes are valid as uninitialized ones, and `read_into` writes
+        // only bytes (never uninitializes any).
+        let room = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.read_into(room)
+    }
+
+    /// [`Self::read`] into room not yet initialized (a frame decoder's buffer): the first `n`
+    /// bytes of `room` are initialized when it returns `Ok(n)`.
+    pub fn read_into(&mut self, room: &mut [MaybeUninit<u8>]) -> Result<usize, Corrupt> {
+        let n = (self.ready()? as usize).min(room.len());
         let mut done = 0;
         while done < n {
             let (p, before_wrap) = self.ring.at(self.tail + done as u64);
             let k = before_wrap.min(n - done);
-            // SAFETY: `p..p+k` lies in the data area and was published by the writer; `buf`
+            // SAFETY: `p..p+k` lies in the data area and was published by the writer; `room`
             // is ours. A hostile writer changing those bytes meanwhile changes only our copy.
-            unsafe { std::ptr::copy_nonoverlapping(p, buf[done..].as_mut_ptr(), k) };
+            unsafe { std::ptr::copy_nonoverlapping(p, room[done..].as_mut_ptr().cast(), k) };
             done += k;
         }
         if n > 0 {

@@ -1,6 +1,8 @@
-//! In-process delivery (`engine::link::inproc`): nodes of one process reach each other without
-//! the kernel, in order, on both backends, blocking or spinning, on one reactor and across
-//! two; and a node that stops is reported to the nodes it talked with as a lost connection is.
+//! Co-located delivery: in-process (`engine::link::inproc`) and through shared-memory links
+//! (`engine::link::shm`, here between nodes of one process, which take the same path as
+//! processes do). Nodes reach each other without a TCP connection, in order, on both
+//! backends, blocking or spinning, on one reactor and across two; and a node that stops is
+//! reported to the nodes it talked with as a lost connection is.
 
 mod common;
 
@@ -76,10 +78,14 @@ impl Protocol for Chat {
 }
 
 /// Three nodes on two reactors: 0 and 2 on reactor 0, 1 on reactor 1.
-fn cluster(backend: Backend, wait: WaitMode, to: Vec<NodeId>, burst: u64) -> Cluster<Chat> {
+fn cluster(
+    (transport, backend, wait): (Transport, Backend, WaitMode),
+    to: Vec<NodeId>,
+    burst: u64,
+) -> Cluster<Chat> {
     let opts = NodeOptions {
         backend: Some(backend),
-        transport: Some(Transport::Inproc),
+        transport: Some(transport),
         reactors: Some(2),
         placement: Some(vec![0, 1, 0].into()),
         pin: false,
@@ -97,20 +103,30 @@ fn cluster(backend: Backend, wait: WaitMode, to: Vec<NodeId>, burst: u64) -> Clu
         got: Vec::new(),
     })
     .unwrap();
-    assert_eq!(c.transport, Transport::Inproc);
+    assert_eq!(c.transport, transport);
     c
 }
 
-fn on_every_engine(test: impl Fn(Backend, WaitMode)) {
-    for backend in Backend::ALL {
-        if backend == Backend::Uring && weft::engine::uring_unavailable().is_some() {
-            common::skip::skip("io_uring unavailable");
-            continue;
-        }
-        for wait in [WaitMode::Block, WaitMode::Busy] {
-            test(backend, wait);
+/// How a test runs: transport, backend, waiting.
+type Way = (Transport, Backend, WaitMode);
+
+fn on_every_engine(test: impl Fn(Way)) {
+    for transport in [Transport::Inproc, Transport::Shm] {
+        for backend in Backend::ALL {
+            if backend == Backend::Uring && weft::engine::uring_unavailable().is_some() {
+                common::skip::skip("io_uring unavailable");
+                continue;
+            }
+            for wait in [WaitMode::Block, WaitMode::Busy] {
+                test((transport, backend, wait));
+            }
         }
     }
+}
+
+/// How a failed assertion names the way it ran.
+fn named((t, b, w): Way) -> String {
+    format!("{t} {b} {w}")
 }
 
 /// The TCP connections open or opening to or from any of `ports`, as the kernel lists them
@@ -136,8 +152,8 @@ fn connections_on(ports: &HashSet<u16>) -> Vec<String> {
 
 #[test]
 fn messages_between_nodes_of_one_process_come_in_order_without_a_connection() {
-    on_every_engine(|backend, wait| {
-        let c = cluster(backend, wait, vec![NodeId(1), NodeId(2)], BURST);
+    on_every_engine(|way| {
+        let c = cluster(way, vec![NodeId(1), NodeId(2)], BURST);
         let done = |s: &[(NodeId, NodeEvent)]| {
             s.iter()
                 .filter(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
@@ -145,7 +161,7 @@ fn messages_between_nodes_of_one_process_come_in_order_without_a_connection() {
                 == 2
         };
         let seen = collect(&c.events, 30, done);
-        assert!(done(&seen), "{backend} {wait}: {seen:?}");
+        assert!(done(&seen), "{}: {seen:?}", named(way));
         // Each end of each pair that talked says so once, as a connection's would.
         let mut authenticated: Vec<(NodeId, NodeId)> = seen
             .iter()
@@ -156,31 +172,32 @@ fn messages_between_nodes_of_one_process_come_in_order_without_a_connection() {
             .collect();
         authenticated.sort();
         let want = [(0, 1), (0, 2), (1, 0), (2, 0)].map(|(a, b)| (NodeId(a), NodeId(b)));
-        assert_eq!(authenticated, want, "{backend} {wait}");
+        assert_eq!(authenticated, want, "{}", named(way));
         let ports: HashSet<u16> = c.nodes.iter().map(|n| n.addr.port()).collect();
         assert_eq!(
             connections_on(&ports),
             Vec::<String>::new(),
-            "{backend} {wait}"
+            "{}",
+            named(way)
         );
         let protos = c.stop_all().unwrap();
         for p in &protos[1..] {
-            assert_eq!(p.got.len() as u64, BURST, "{backend} {wait}");
+            assert_eq!(p.got.len() as u64, BURST, "{}", named(way));
         }
     });
 }
 
 #[test]
 fn a_stopped_node_is_suspected_by_every_node_it_talked_with() {
-    on_every_engine(|backend, wait| {
-        let mut c = cluster(backend, wait, vec![NodeId(1), NodeId(2)], BURST);
+    on_every_engine(|way| {
+        let mut c = cluster(way, vec![NodeId(1), NodeId(2)], BURST);
         let done = |s: &[(NodeId, NodeEvent)]| {
             s.iter()
                 .filter(|(_, e)| *e == NodeEvent::Protocol(Event::Done))
                 .count()
                 == 2
         };
-        assert!(done(&collect(&c.events, 30, done)), "{backend} {wait}");
+        assert!(done(&collect(&c.events, 30, done)), "{}", named(way));
         // Node 0 stops: node 2 (its reactor) and node 1 (the other) lose it.
         c.nodes[0].stop().unwrap();
         let lost = |s: &[(NodeId, NodeEvent)]| {
@@ -190,21 +207,22 @@ fn a_stopped_node_is_suspected_by_every_node_it_talked_with() {
             })
         };
         let seen = collect(&c.events, 10, lost);
-        assert!(lost(&seen), "{backend} {wait}: {seen:?}");
+        assert!(lost(&seen), "{}: {seen:?}", named(way));
         // Nodes 1 and 2 never talked: neither suspects the other.
         assert!(
             !seen.iter().any(|(who, e)| *who != NodeId(0)
                 && matches!(e, NodeEvent::Suspect(p) if *p != NodeId(0))),
-            "{backend} {wait}: {seen:?}"
+            "{}: {seen:?}",
+            named(way)
         );
     });
 }
 
 #[test]
 fn a_message_to_a_stopped_node_makes_its_sender_suspect_it() {
-    on_every_engine(|backend, wait| {
+    on_every_engine(|way| {
         // Node 0 says nothing until woken.
-        let mut c = cluster(backend, wait, vec![NodeId(1), NodeId(2)], 0);
+        let mut c = cluster(way, vec![NodeId(1), NodeId(2)], 0);
         c.nodes[1].stop().unwrap();
         c.nodes[2].stop().unwrap();
         // Now it sends to both: node 2 was on its reactor, node 1 on the other.
@@ -216,21 +234,25 @@ fn a_message_to_a_stopped_node_makes_its_sender_suspect_it() {
             })
         };
         let seen = collect(&c.events, 10, lost);
-        assert!(lost(&seen), "{backend} {wait}: {seen:?}");
+        assert!(lost(&seen), "{}: {seen:?}", named(way));
     });
 }
 
-/// The overlay's BMG, built by nodes that talk in-process, is the formula's, on both backends.
+/// The overlay's BMG, built by nodes that talk in-process or through shared memory, is the
+/// formula's, on both backends.
 #[test]
-fn the_bmg_builds_in_process() {
-    for backend in Backend::ALL {
+fn the_bmg_builds_on_colocated_links() {
+    for (transport, backend) in [Transport::Inproc, Transport::Shm]
+        .into_iter()
+        .flat_map(|t| Backend::ALL.into_iter().map(move |b| (t, b)))
+    {
         if backend == Backend::Uring && weft::engine::uring_unavailable().is_some() {
             common::skip::skip("io_uring unavailable");
             continue;
         }
         let opts = NodeOptions {
             backend: Some(backend),
-            transport: Some(Transport::Inproc),
+            transport: Some(transport),
             pin: false,
             reactor: ReactorOptions {
                 wait: WaitMode::Block,
@@ -242,13 +264,16 @@ fn the_bmg_builds_in_process() {
     }
 }
 
-/// `weft ping`'s ping-pong in-process, on one reactor and on two: every round trip of every
-/// size comes back, and the rows say how they went.
+/// `weft ping`'s ping-pong in-process and through shared memory, on one reactor and on two:
+/// every round trip of every size comes back, and the rows say how they went.
 #[test]
-fn a_ping_pong_in_process_says_so_on_one_reactor_and_two() {
-    for reactors in [1, 2] {
+fn a_colocated_ping_pong_says_so_on_one_reactor_and_two() {
+    for (transport, reactors) in [Transport::Inproc, Transport::Shm]
+        .into_iter()
+        .flat_map(|t| [1, 2].map(move |r| (t, r)))
+    {
         let opts = NodeOptions {
-            transport: Some(Transport::Inproc),
+            transport: Some(transport),
             reactors: Some(reactors),
             pin: false,
             reactor: ReactorOptions {
@@ -260,7 +285,12 @@ fn a_ping_pong_in_process_says_so_on_one_reactor_and_two() {
         let rows = weft::bench::ping::engine(&[8, 70_000, 1 << 20], 200, opts).unwrap();
         assert_eq!(rows.len(), 3);
         for r in rows {
-            assert_eq!((r.transport.as_str(), r.iters), ("inproc", 200), "{r:?}");
+            let want = transport.to_string();
+            assert_eq!(
+                (r.transport.as_str(), r.iters),
+                (want.as_str(), 200),
+                "{r:?}"
+            );
         }
     }
 }
