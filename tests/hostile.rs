@@ -32,9 +32,12 @@ fn member_cfg() -> MembershipConfig {
     }
 }
 
+/// Over TCP: the hostile peers here sit on connections (a relay, a raw socket); a link's
+/// hostile peers are `shm_peers.rs`'.
 fn opts(backend: Backend, key: &JobKey) -> NodeOptions {
     NodeOptions {
         pin: false,
+        transport: Some(weft::transport::Transport::Tcp),
         backend: Some(backend),
         key: Some(key.clone()),
         params: member_cfg().params(3),

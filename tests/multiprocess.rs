@@ -98,7 +98,15 @@ fn kill_to_suspicion(guard: bool) -> u64 {
                 "2",
                 "--peers-stdin",
             ])
-            .args(["--backend", "uring", "--wait", "block"])
+            // The guard is for sockets: over TCP (a link's end is the pidfd's, `shm_peers.rs`).
+            .args([
+                "--backend",
+                "uring",
+                "--wait",
+                "block",
+                "--transport",
+                "tcp",
+            ])
             .env("WEFT_JOB_KEY", key.to_hex())
             .env("WEFT_GUARD", if guard { "1" } else { "0" })
             .stdin(Stdio::piped())

@@ -191,7 +191,9 @@ fn a_wrong_job_key_is_refused_before_any_segment_is_mapped() {
     let job = job(3);
     let (mut child, mut out) = spawn_peer("refuse", job);
     let before = segments_mapped();
-    let e = shm::dial(&identity(job, 0, 8), NodeId(1), 4096, T).unwrap_err();
+    // At the peer's address (listed in /proc/net/unix for anyone), with another key.
+    let at = shm::address(&identity(job, 0, 7), NodeId(1)).expect("address");
+    let e = shm::dial_at(&at, &identity(job, 0, 8), NodeId(1), 4096, T).unwrap_err();
     assert!(
         matches!(e, ShmError::Handshake(_) | ShmError::Io(_)),
         "a wrong key must fail the handshake: {e}"

@@ -85,11 +85,15 @@ pub(crate) fn start(
     backend: Option<&str>,
     extra: &[String],
 ) -> Result<Job, BenchError> {
+    // A chosen transport is handed to every process; otherwise each takes WEFT_TRANSPORT or
+    // the automatic choice, and says what it uses in its `started` report.
+    let transport = cfg.opts.transport.map(|t| t.to_string());
     let mut job = spawn(exe, cfg.nodes, |id, cmd| {
         cmd.args(["node", "--id", &id.to_string(), "--nodes"])
             .arg(cfg.nodes.to_string())
             .args(["--peers-stdin", "--radix", &cfg.radix.to_string()])
             .args(backend.map(|b| ["--backend", b]).into_iter().flatten())
+            .args(transport.iter().flat_map(|t| ["--transport", t.as_str()]))
             .args(["--wait", &cfg.opts.reactor.wait.to_string()])
             .args(["--mode", &format!("{:?}", cfg.mode).to_lowercase()])
             .args(["--batch-us", &cfg.batch.as_micros().to_string()])
@@ -230,7 +234,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         forced.as_deref(),
         &["--heartbeat-us".into(), "0".into()],
     )?;
-    let mut ran_on = Vec::new();
+    let (mut ran_on, mut went) = (Vec::new(), Vec::new());
 
     let deadline = Instant::now() + cfg.timeout;
     while !missing.is_empty() {
@@ -243,7 +247,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
                 ),
             ));
         };
-        started(&r, &mut ran_on);
+        started(&r, &mut ran_on, &mut went);
         if r["kind"] == "authenticated" {
             if let Some(p) = r["peer"].as_u64() {
                 missing.remove(&(NodeId(who), NodeId(p)));
@@ -253,7 +257,7 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
     std::thread::sleep(Duration::from_millis(20) + Duration::from_micros(200) * n);
     // Start-up chatter.
     while let Ok((_, r)) = job.reports.try_recv() {
-        started(&r, &mut ran_on);
+        started(&r, &mut ran_on, &mut went);
     }
 
     let killed_at = monotonic_ns();
@@ -338,18 +342,29 @@ pub fn trial(exe: &Path, cfg: &BenchConfig, rep: u32) -> Result<Trial, BenchErro
         // Other processes' CPU is not this process's to read.
         cpu: None,
         backend: crate::transport::backend_name(&ran_on),
-        // One node per process: their messages cross the kernel.
-        transport: "tcp".into(),
+        // One node per process: over links or TCP, as the processes said.
+        transport: {
+            went.sort();
+            went.dedup();
+            if went.is_empty() {
+                "tcp".into()
+            } else {
+                went.join("+")
+            }
+        },
         clock_err: None,
     })
 }
 
 /// If `r` is a process's `started` report, note the backend it runs on in `ran_on`.
-fn started(r: &serde_json::Value, ran_on: &mut Vec<String>) {
+fn started(r: &serde_json::Value, ran_on: &mut Vec<String>, went: &mut Vec<String>) {
     if r["kind"] != "started" {
         return;
     }
     if let Some(b) = r["backend"].as_str() {
         ran_on.push(b.to_owned());
+    }
+    if let Some(t) = r["transport"].as_str() {
+        went.push(t.to_owned());
     }
 }

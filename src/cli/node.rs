@@ -4,7 +4,7 @@
 //! before it binds or prints anything.
 
 use super::checks;
-use super::values::{BackendArg, BootstrapArg, WaitArg};
+use super::values::{BackendArg, BootstrapArg, TransportArg, WaitArg};
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
@@ -84,6 +84,10 @@ pub struct NodeArgs {
     /// I/O backend (default: automatic, or WEFT_BACKEND).
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
+    /// How the node reaches its peers (default: automatic, or WEFT_TRANSPORT): shared memory
+    /// to the processes of its host, TCP to the rest.
+    #[arg(long, value_enum)]
+    transport: Option<TransportArg>,
     /// How the reactor waits.
     #[arg(long, value_enum, default_value = "block")]
     wait: WaitArg,
@@ -263,6 +267,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         }));
     let opts = NodeOptions {
         backend: a.backend.map(Into::into),
+        transport: a.transport.map(Into::into),
         pin: false,
         params: membership.params(members.len()),
         bulk_mac: a.bulk_mac,

@@ -58,6 +58,9 @@ pub struct Report {
     /// automatic choice fell back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
+    /// How the node reaches the processes of its host (started): `shm` or `tcp`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
     /// The peer concerned (authenticated, suspect, detected).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer: Option<u64>,
@@ -88,6 +91,7 @@ impl Report {
             node: node.0,
             kind,
             backend: None,
+            transport: None,
             peer: None,
             epoch: None,
             root: None,
@@ -267,8 +271,10 @@ pub fn run(p: NodeProcess, mut report: impl FnMut(&Report) -> bool) -> Result<()
         core: None,
     };
     let mut node = spawn(spec, &opts, proto, tx)?;
+    let shm = opts.shm_between_processes()?;
     let started = Report {
         backend: Some(node.backend.to_string()),
+        transport: Some(if shm { "shm" } else { "tcp" }.into()),
         ..Report::new(p.id, "started")
     };
     if !report(&started) {

@@ -666,10 +666,11 @@ where
         });
         match id {
             Some(id) => {
-                let Some(wire) = self.shm.as_mut().and_then(|l| {
+                if let Some(l) = self.shm.as_mut() {
                     l.route.insert((h, to), id);
-                    l.wires[id].as_mut()
-                }) else {
+                }
+                self.shm_take_redial(h, to, id)?;
+                let Some(wire) = self.shm.as_mut().and_then(|l| l.wires[id].as_mut()) else {
                     return Ok(());
                 };
                 for msg in &held {
@@ -681,8 +682,16 @@ where
                 self.write_shm(id)
             }
             None => {
+                // A try of the start-up grace's: what waited goes back to it, and TCP is
+                // tried at once (`startup.rs`).
+                if let Some(r) = self.redial.get_mut(&(h, to)) {
+                    r.held.splice(0..0, held);
+                    let now = self.now();
+                    self.timers.set(super::Due::Redial(h, to), now);
+                    return Ok(());
+                }
                 // By TCP, whose dial, if refused during the start-up grace (a peer process
-                // still starting), tries a link first next time (`startup.rs`).
+                // still starting), tries a link first next time.
                 for msg in held {
                     self.send_tcp(h, to, msg)?;
                 }
@@ -723,7 +732,8 @@ where
         });
         if let Some(id) = theirs {
             links.route.insert((h, to), id);
-            let Some(wire) = links.wires[id].as_mut() else {
+            self.shm_take_redial(h, to, id)?;
+            let Some(wire) = self.shm.as_mut().and_then(|l| l.wires[id].as_mut()) else {
                 return Ok(false);
             };
             for msg in waiting.drain(..) {
@@ -766,7 +776,8 @@ where
         let Some(host) = self.hosts.get(h).and_then(|x| x.as_ref()) else {
             return Ok(None);
         };
-        let routed = host.route.contains_key(&peer.id) || self.redial.contains_key(&(h, peer.id));
+        // A TCP route keeps its order (a dial of the start-up grace's waits for this link).
+        let routed = host.route.contains_key(&peer.id);
         let node = host.identity.node_id;
         if let Err(why) = self.cold[h].admit(peer) {
             self.refuse(h, Some(peer.id), why);
@@ -786,17 +797,52 @@ where
             }
         };
         let key = (h, peer.id);
-        if !dialed
+        let route = !dialed
             && !routed
             && !links.route.contains_key(&key)
-            && !links.dialing.contains_key(&key)
-        {
+            && !links.dialing.contains_key(&key);
+        if route {
             links.route.insert(key, id);
         }
         let _ = self.events.send((node, NodeEvent::Authenticated(peer.id)));
+        // The start-up grace waited for this peer: what waited goes on the link first, and
+        // nothing more waits (as when the peer's connection comes first, `dispatch.rs`).
+        if route || dialed {
+            self.shm_take_redial(h, peer.id, id)?;
+        }
         // Bytes the peer wrote before the link was watched.
         self.read_shm(id)?;
         Ok(Some(id))
+    }
+
+    /// Hosted node `h` has a link to `peer` (`id`, its route or about to be): the start-up
+    /// grace's wait for `peer` ends, and what waited goes on the link ahead of anything a dial
+    /// under way holds (sent later).
+    fn shm_take_redial(&mut self, h: usize, peer: NodeId, id: usize) -> Result<(), EngineError> {
+        let Some(r) = self.redial.remove(&(h, peer)) else {
+            return Ok(());
+        };
+        self.timers.cancel(super::Due::Redial(h, peer));
+        if r.held.is_empty() {
+            return Ok(());
+        }
+        let Some(links) = self.shm.as_mut() else {
+            return Ok(());
+        };
+        if let Some(later) = links.dialing.get_mut(&(h, peer)) {
+            later.splice(0..0, r.held);
+            return Ok(());
+        }
+        let Some(wire) = links.wires[id].as_mut() else {
+            return Ok(());
+        };
+        for msg in &r.held {
+            if let Err(e) = wire.out.push_msg(msg, None) {
+                self.refuse(h, Some(peer), e.into());
+                return Ok(());
+            }
+        }
+        self.write_shm(id)
     }
 
     /// Link `id` ended (`why`): its peer is suspected, as when a connection drops.

@@ -34,6 +34,9 @@ pub(super) struct Redial<M> {
     /// When the peer first deferred our dial to its own (`crossing.rs`).
     deferred_since: Option<Time>,
     pub(super) held: Vec<M>,
+    /// The last try was a shared-memory link (`shm.rs`): the next one is TCP's, so a peer on
+    /// this host that takes no links is still reached.
+    pub(super) link_tried: bool,
 }
 
 impl<M> Redial<M> {
@@ -42,6 +45,7 @@ impl<M> Redial<M> {
             tries: 0,
             deferred_since: None,
             held: Vec::new(),
+            link_tried: false,
         }
     }
 }
@@ -125,9 +129,14 @@ where
             }
             return Ok(());
         }
-        // A peer on this host is tried over shared memory first (see `shm.rs`).
+        // A peer on this host is tried over a shared-memory link first, then over TCP, in
+        // turns (see `shm.rs`).
         let mut waiting = waiting;
-        if self.shm_redial(h, to, &mut waiting)? {
+        let link_next = !std::mem::replace(&mut r.link_tried, false);
+        if link_next && self.shm_redial(h, to, &mut waiting)? {
+            if let Some(r) = self.redial.get_mut(&(h, to)) {
+                r.link_tried = true;
+            }
             return Ok(());
         }
         match self.dial(h, to)? {

@@ -78,7 +78,7 @@ fn segment_len(capacity: usize) -> usize {
     crate::buf::PAGE + 2 * capacity
 }
 
-/// Where direction `d` (0: dialer to acceptor, 1: back) lives.
+/// Where direction `d` (0: acceptor to dialer, 1: dialer to acceptor) lives.
 fn place(d: usize, capacity: usize) -> Place {
     Place {
         control: d * pipe::CONTROL,
@@ -118,6 +118,14 @@ impl std::fmt::Debug for Link {
 }
 
 impl Link {
+    /// The segment both ends map: for tools and tests that look at (or, playing a hostile
+    /// peer, scribble on) the rings' control blocks. Direction 0 (acceptor to dialer) has its
+    /// control block at offset 0, direction 1 (dialer to acceptor) at [`pipe::CONTROL`]; each
+    /// starts with the writer's position, then the reader's 128 bytes on.
+    pub fn segment(&self) -> &Segment {
+        &self._segment
+    }
+
     /// Whether the peer is gone: its process exited, or it closed the link (a node of a
     /// process that goes on). A peer that writes on the set-up socket breaks the link too.
     pub fn peer_gone(&self) -> bool {
@@ -227,8 +235,20 @@ pub fn dial(
     capacity: usize,
     timeout: Duration,
 ) -> Result<Link, ShmError> {
+    dial_at(&address(me, peer)?, me, peer, capacity, timeout)
+}
+
+/// [`dial`] at the address `at`: where a stranger that read the name in `/proc/net/unix`
+/// (without the key the name is derived from) would knock; the handshake still turns it away.
+pub fn dial_at(
+    at: &SocketAddr,
+    me: &Identity,
+    peer: NodeId,
+    capacity: usize,
+    timeout: Duration,
+) -> Result<Link, ShmError> {
     assert!(capacity.is_power_of_two() && RING_RANGE.contains(&capacity));
-    let mut sock = UnixStream::connect_addr(&address(me, peer)?)?;
+    let mut sock = UnixStream::connect_addr(at)?;
     sock.set_read_timeout(Some(timeout))?;
     sock.set_write_timeout(Some(timeout))?;
     let (pidfd, pid) = fds::peer_pidfd(&sock)?;
