@@ -37,6 +37,7 @@ mod lost;
 mod refusals;
 mod release;
 mod ring;
+mod setups;
 mod shm;
 mod spin;
 mod startup;

@@ -3,7 +3,7 @@
 //! link's end told to the protocol as a lost connection's is.
 //!
 //! A link's set-up blocks (a handshake on a Unix socket, then the segment handed over), so it
-//! runs on a short-lived thread of its own and comes back through a channel; messages to the
+//! runs on a set-up thread (`setups.rs`) and comes back through a channel; messages to the
 //! peer wait for it meanwhile, in order, and go over TCP if it fails. A node dials a link when
 //! it has no route to the peer yet and the peer's address is on this host; a link the peer
 //! dialed becomes the route only when the node has none, so each direction keeps one route
@@ -17,6 +17,7 @@
 
 use super::driver::Driver;
 use super::error::ConnError;
+use super::setups::Setups;
 use super::{NodeEvent, Reactor};
 use crate::engine::link::shm::{self, Link, ShmError, RING_BYTES};
 use crate::engine::EngineError;
@@ -37,8 +38,20 @@ use std::time::Duration;
 
 /// The inner poll's token for set-ups that finished.
 const SET_UP: Token = Token(0);
-/// Hosted node `h`'s link listener has token `LISTEN + h`; link `i` has `1 + i`.
+/// Hosted node `h`'s link listener has token `LISTEN + h`; link `i`'s bell has
+/// [`bell_token`], its peer's pidfd and its set-up socket [`life_token`].
 const LISTEN: usize = 1 << 40;
+
+/// Link `id`'s bell: it only wakes the reactor, which reads every ring each turn (the bell is
+/// not even drained: the poll set is edge-triggered, and each ring is an edge of its own).
+fn bell_token(id: usize) -> Token {
+    Token(1 + 2 * id)
+}
+
+/// Link `id`'s peer process and set-up socket: readable when the peer may be gone.
+fn life_token(id: usize) -> Token {
+    Token(2 + 2 * id)
+}
 
 /// Bytes read from one ring per turn: a 1 MiB message in one turn, while other links and
 /// sockets wait for one such bite at most.
@@ -74,6 +87,7 @@ pub(super) struct Links<M> {
     poll: Poll,
     events: Events,
     waker: Arc<Waker>,
+    setups: Setups,
     done: Sender<SetUp>,
     finished: Receiver<SetUp>,
     /// Each hosted node's listener (`None`: could not bind, or stopped).
@@ -133,6 +147,7 @@ impl<M> Links<M> {
                 poll,
                 events: Events::with_capacity(64),
                 waker,
+                setups: Setups::new(),
                 done,
                 finished,
                 accepting: vec![0; listeners.len()],
@@ -154,21 +169,19 @@ impl<M> Links<M> {
         addr.ip().is_loopback() || self.here.contains(&addr.ip())
     }
 
-    /// Set up a link on a thread of its own; the result comes back through `done`. With no
-    /// thread to be had, the set-up fails at once (`failed`), as a refused one does.
+    /// Set up a link on a set-up thread (`setups.rs`); the result comes back through `done`.
+    /// With no thread to be had, the set-up fails at once (`failed`), as a refused one does.
     fn set_up(
         &self,
         job: impl FnOnce() -> SetUp + Send + 'static,
         failed: impl FnOnce(ShmError) -> SetUp,
     ) {
         let (done, waker) = (self.done.clone(), self.waker.clone());
-        let spawned = std::thread::Builder::new()
-            .name("weft-shm-setup".into())
-            .spawn(move || {
-                let _ = done.send(job());
-                let _ = waker.wake();
-            });
-        if let Err(e) = spawned {
+        let ran = self.setups.run(Box::new(move || {
+            let _ = done.send(job());
+            let _ = waker.wake();
+        }));
+        if let Err((_, e)) = ran {
             let _ = self.done.send(failed(ShmError::Io(e)));
             let _ = self.waker.wake();
         }
@@ -177,12 +190,11 @@ impl<M> Links<M> {
     /// Take a link into the table and the poll set; its id.
     fn insert(&mut self, host: usize, link: Link, max_body: u32) -> std::io::Result<usize> {
         let id = self.free.pop().unwrap_or(self.wires.len());
-        let token = Token(1 + id);
         let reg = self.poll.registry();
-        for fd in [
-            link.bell.fd().as_raw_fd(),
-            link.pidfd.as_raw_fd(),
-            link.socket.as_raw_fd(),
+        for (fd, token) in [
+            (link.bell.fd().as_raw_fd(), bell_token(id)),
+            (link.pidfd.as_raw_fd(), life_token(id)),
+            (link.socket.as_raw_fd(), life_token(id)),
         ] {
             if let Err(e) = reg.register(&mut SourceFd(&fd), token, Interest::READABLE) {
                 self.forget(&link);
@@ -241,8 +253,13 @@ impl<M> Links<M> {
     /// waits for room. Whether something came meanwhile (then the reactor must not block).
     pub(super) fn before_block(&mut self) -> bool {
         let mut busy = false;
+        for wire in self.wires.iter().flatten() {
+            wire.link.reader.raise();
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         for wire in self.wires.iter_mut().flatten() {
-            busy |= !wire.link.reader.sleep().unwrap_or(false);
+            // A broken ring is found by the turn's read, which ends the link.
+            busy |= !wire.link.reader.look_after_raise().unwrap_or(false);
             if !wire.out.is_empty() {
                 busy |= !wire.link.writer.wait_for_room().unwrap_or(false);
             }
@@ -458,6 +475,17 @@ where
         let Some(wire) = links.wires.get_mut(id).and_then(|w| w.as_mut()) else {
             return Ok(false);
         };
+        // The usual case of a turn: nothing came (one load of the writer's position, a
+        // cache line that stays ours until the writer writes).
+        match wire.link.reader.has_data() {
+            Ok(false) => return Ok(false),
+            Ok(true) => {}
+            Err(e) => {
+                return self
+                    .end_shm(id, ConnError::Shm(e.to_string()))
+                    .map(|()| false)
+            }
+        }
         let mut got = 0;
         let mut failed = None;
         while got < READ_PER_TURN {
@@ -543,8 +571,8 @@ where
                     self.shm_set_ups_done()?;
                 } else if t >= LISTEN {
                     self.shm_accept(t - LISTEN);
-                } else {
-                    self.shm_look(t - 1)?;
+                } else if t % 2 == 0 {
+                    self.shm_look(t / 2 - 1)?;
                 }
             }
             if !full {
@@ -553,7 +581,7 @@ where
         }
     }
 
-    /// Link `id`'s bell rang or its peer's pidfd or socket woke: the peer may be gone.
+    /// Link `id`'s peer's pidfd or set-up socket woke: the peer may be gone.
     fn shm_look(&mut self, id: usize) -> Result<(), EngineError> {
         let Some(wire) = self
             .shm
@@ -563,7 +591,6 @@ where
         else {
             return Ok(());
         };
-        wire.link.bell.drain();
         if wire.link.peer_gone() {
             // What the peer wrote before it went is delivered before its loss.
             self.read_shm(id)?;
