@@ -455,13 +455,17 @@ where
         for id in 0..count {
             any |= self.read_shm(id)?;
         }
-        let backlog = self
-            .shm
-            .as_ref()
-            .map(|l| l.backlog.clone())
-            .unwrap_or_default();
-        for id in backlog {
-            self.write_shm(id)?;
+        // Links whose queue waits for room (rare: a 256 KiB ring full); a copy, since a write
+        // that ends its link changes the list.
+        if self.shm.as_ref().is_some_and(|l| !l.backlog.is_empty()) {
+            let backlog = self
+                .shm
+                .as_ref()
+                .map(|l| l.backlog.clone())
+                .unwrap_or_default();
+            for id in backlog {
+                self.write_shm(id)?;
+            }
         }
         Ok(any)
     }
