@@ -59,36 +59,29 @@ fn a_node_without_a_key_refuses_to_start() {
 /// guarded (`engine::guard`), so they end at its death, not when the ring's exit work lets
 /// go of them 5–10 ms later. Measured against the unguarded control (`WEFT_GUARD=0`) in the
 /// same run: the guarded detection must take less than half as long, over the medians of
-/// several kills. Over TCP and over a shared-memory link: a link's set-up socket is held by
-/// the ring's process too, and its pidfd says nothing before the ring's threads are gone.
+/// several kills.
 #[test]
 fn a_killed_node_on_io_uring_is_seen_dead_at_once() {
     if let Some(why) = weft::engine::uring_unavailable() {
         common::skip::skip(&format!("io_uring unavailable ({why})"));
         return;
     }
-    for transport in ["tcp", "shm"] {
-        let median = |guard: bool| {
-            let mut took: Vec<u64> = (0..7)
-                .map(|_| kill_to_suspicion(guard, transport))
-                .collect();
-            took.sort_unstable();
-            took[took.len() / 2]
-        };
-        let (guarded, control) = (median(true), median(false));
-        eprintln!(
-            "{transport}: kill to suspicion, median: guarded {guarded} ns, unguarded {control} ns"
-        );
-        assert!(
-            guarded * 2 < control,
-            "{transport}: kill to suspicion, median ns: guarded {guarded}, unguarded {control}"
-        );
-    }
+    let median = |guard: bool| {
+        let mut took: Vec<u64> = (0..7).map(|_| kill_to_suspicion(guard)).collect();
+        took.sort_unstable();
+        took[took.len() / 2]
+    };
+    let (guarded, control) = (median(true), median(false));
+    eprintln!("kill to suspicion, median: guarded {guarded} ns, unguarded {control} ns");
+    assert!(
+        guarded * 2 < control,
+        "kill to suspicion, median ns: guarded {guarded}, unguarded {control}"
+    );
 }
 
-/// Start a two-node job of `weft node` processes on io_uring over `transport`, kill node 1
-/// with SIGKILL, and return how long node 0 took to suspect it (both stamp CLOCK_MONOTONIC).
-fn kill_to_suspicion(guard: bool, transport: &str) -> u64 {
+/// Start a two-node job of `weft node` processes on io_uring, kill node 1 with SIGKILL, and
+/// return how long node 0 took to suspect it (both stamp CLOCK_MONOTONIC).
+fn kill_to_suspicion(guard: bool) -> u64 {
     use std::io::{BufRead, BufReader, Write};
     use std::process::Stdio;
     let key = weft::transport::JobKey::generate().unwrap();
