@@ -68,6 +68,8 @@ fn closed(s: &mut TcpStream) -> bool {
         match s.read(&mut sink) {
             Ok(0) => return true,
             Ok(_) => {}
+            // Stopped and continued (signal(7)): not an end of the connection.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
                 return !matches!(
                     e.kind(),

@@ -47,7 +47,12 @@ pub fn authenticate(
     let mut dec = FrameDecoder::default();
     let mut buf = [0u8; 4096];
     loop {
-        let n = s.read(&mut buf).map_err(|e| format!("read: {e}"))?;
+        // A read with a timeout fails with EINTR after the process is stopped and continued
+        // (signal(7)), handler or not: that is no answer from the node.
+        let n = match s.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.map_err(|e| format!("read: {e}"))?,
+        };
         if n == 0 {
             return Err("the node closed the connection".into());
         }
