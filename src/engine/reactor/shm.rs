@@ -187,6 +187,32 @@ impl<M> Links<M> {
         }
     }
 
+    /// Start hosted node `h`'s (`me`'s) dial of a link to `to`, `held` waiting for it.
+    fn dial(&mut self, h: usize, to: NodeId, me: Identity, held: Vec<M>) {
+        let timeout = self.handshake_timeout;
+        self.dialing.insert((h, to), held);
+        self.set_up(
+            move || SetUp::Dialed {
+                host: h,
+                to,
+                link: shm::dial(&me, to, RING_BYTES, timeout),
+            },
+            |e| SetUp::Dialed {
+                host: h,
+                to,
+                link: Err(e),
+            },
+        );
+    }
+
+    /// A link of hosted node `h` with `peer`, whichever end dialed it.
+    fn link_with(&self, h: usize, peer: NodeId) -> Option<usize> {
+        self.wires.iter().position(|w| {
+            w.as_ref()
+                .is_some_and(|w| w.host == h && w.link.peer.id == peer)
+        })
+    }
+
     /// Take a link into the table and the poll set; its id.
     fn insert(&mut self, host: usize, link: Link, max_body: u32) -> std::io::Result<usize> {
         let id = self.free.pop().unwrap_or(self.wires.len());
@@ -368,20 +394,7 @@ where
         if !host.peers.get(&to).is_some_and(|a| links.on_this_host(a)) {
             return Ok(Some(msg));
         }
-        let (me, timeout) = (host.identity.clone(), links.handshake_timeout);
-        links.dialing.insert((h, to), vec![msg]);
-        links.set_up(
-            move || SetUp::Dialed {
-                host: h,
-                to,
-                link: shm::dial(&me, to, RING_BYTES, timeout),
-            },
-            |e| SetUp::Dialed {
-                host: h,
-                to,
-                link: Err(e),
-            },
-        );
+        links.dial(h, to, host.identity.clone(), vec![msg]);
         Ok(None)
     }
 
@@ -687,30 +700,14 @@ where
             Ok(link) if link.peer.id == to => self.shm_admit(h, link, true)?,
             Ok(_) | Err(_) => None,
         };
-        let id = id.or_else(|| {
-            self.shm.as_ref().and_then(|l| {
-                l.wires.iter().position(|w| {
-                    w.as_ref()
-                        .is_some_and(|w| w.host == h && w.link.peer.id == to)
-                })
-            })
-        });
+        let id = id.or_else(|| self.shm.as_ref().and_then(|l| l.link_with(h, to)));
         match id {
             Some(id) => {
                 if let Some(l) = self.shm.as_mut() {
                     l.route.insert((h, to), id);
                 }
                 self.shm_take_redial(h, to, id)?;
-                let Some(wire) = self.shm.as_mut().and_then(|l| l.wires[id].as_mut()) else {
-                    return Ok(());
-                };
-                for msg in &held {
-                    if let Err(e) = wire.out.push_msg(msg, None) {
-                        self.refuse(h, Some(to), e.into());
-                        return Ok(());
-                    }
-                }
-                self.write_shm(id)
+                self.send_on(id, h, to, &held)
             }
             None => {
                 // A try of the start-up grace's: what waited goes back to it, and TCP is
@@ -757,39 +754,14 @@ where
                 .append(waiting);
             return Ok(true);
         }
-        let theirs = links.wires.iter().position(|w| {
-            w.as_ref()
-                .is_some_and(|w| w.host == h && w.link.peer.id == to)
-        });
-        if let Some(id) = theirs {
+        if let Some(id) = links.link_with(h, to) {
             links.route.insert((h, to), id);
             self.shm_take_redial(h, to, id)?;
-            let Some(wire) = self.shm.as_mut().and_then(|l| l.wires[id].as_mut()) else {
-                return Ok(false);
-            };
-            for msg in waiting.drain(..) {
-                if let Err(e) = wire.out.push_msg(&msg, None) {
-                    self.refuse(h, Some(to), e.into());
-                    return Ok(true);
-                }
-            }
-            self.write_shm(id)?;
+            let waiting = std::mem::take(waiting);
+            self.send_on(id, h, to, &waiting)?;
             return Ok(true);
         }
-        let (me, timeout) = (host.identity.clone(), links.handshake_timeout);
-        links.dialing.insert((h, to), std::mem::take(waiting));
-        links.set_up(
-            move || SetUp::Dialed {
-                host: h,
-                to,
-                link: shm::dial(&me, to, RING_BYTES, timeout),
-            },
-            |e| SetUp::Dialed {
-                host: h,
-                to,
-                link: Err(e),
-            },
-        );
+        links.dial(h, to, host.identity.clone(), std::mem::take(waiting));
         Ok(true)
     }
 
@@ -864,13 +836,25 @@ where
             later.splice(0..0, r.held);
             return Ok(());
         }
-        let Some(wire) = links.wires[id].as_mut() else {
+        self.send_on(id, h, peer, &r.held)
+    }
+
+    /// Queue `msgs` from hosted node `h` to `peer` on link `id`, in order, and write them. A
+    /// message that cannot be framed is refused and ends the batch; what came before it goes.
+    fn send_on(
+        &mut self,
+        id: usize,
+        h: usize,
+        peer: NodeId,
+        msgs: &[P::Msg],
+    ) -> Result<(), EngineError> {
+        let Some(wire) = self.shm.as_mut().and_then(|l| l.wires[id].as_mut()) else {
             return Ok(());
         };
-        for msg in &r.held {
+        for msg in msgs {
             if let Err(e) = wire.out.push_msg(msg, None) {
                 self.refuse(h, Some(peer), e.into());
-                return Ok(());
+                break;
             }
         }
         self.write_shm(id)
