@@ -36,6 +36,8 @@ struct Greeter {
 
 impl Protocol for Greeter {
     type Msg = Greeting;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<Greeting>) {
         for &p in &self.peers {

@@ -40,6 +40,8 @@ fn msg(seq: u64) -> PingMsg {
 
 impl Protocol for Chat {
     type Msg = PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _: Time, out: &mut Outbox<PingMsg>) {
         for _ in 0..self.burst {

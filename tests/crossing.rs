@@ -31,6 +31,8 @@ struct Crosser {
 
 impl Protocol for Crosser {
     type Msg = PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<PingMsg>) {
         for seq in 0..BURST {

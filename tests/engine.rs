@@ -633,6 +633,8 @@ const ROUNDS: u32 = 20;
 
 impl weft::proto::Protocol for Pauser {
     type Msg = weft::proto::ping::PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
         if self.peer.is_some() {
@@ -809,6 +811,8 @@ const STALL: Duration = Duration::from_secs(3);
 
 impl weft::proto::Protocol for Flood {
     type Msg = weft::proto::ping::PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: weft::proto::Time, out: &mut weft::proto::Outbox<Self::Msg>) {
         if let Some(to) = self.to {

@@ -38,6 +38,8 @@ fn ping(seq: u64, len: usize) -> PingMsg {
 
 impl Protocol for Herald {
     type Msg = PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<PingMsg>) {
         if self.me == 0 {

@@ -82,6 +82,8 @@ const TICK: TimerId = TimerId(1);
 
 impl Protocol for Chatter {
     type Msg = PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<PingMsg>) {
         out.set_timer(TICK, Duration::from_millis(1));

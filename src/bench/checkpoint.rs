@@ -267,7 +267,7 @@ fn trial(
 }
 
 /// Wait for `count` storage events that `want` accepts; a rejected request is an error.
-fn wait<P>(
+fn wait<P: crate::proto::Protocol<Event = Event>>(
     cluster: &Cluster<P>,
     count: usize,
     timeout: Duration,

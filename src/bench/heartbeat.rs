@@ -23,7 +23,7 @@ use crate::engine::reactor::NodeEvent;
 use crate::proto::broadcast::{Broadcast, BroadcastConfig, OrderEvent};
 use crate::proto::heartbeat::HeartbeatConfig;
 use crate::proto::membership::TreeMode;
-use crate::proto::{Event, Outbox, Protocol, Time, TimerId};
+use crate::proto::{Event, OutboxOf, Protocol, Time, TimerId};
 use crate::transport::{Cluster, NodeOptions};
 use crate::NodeId;
 use serde::Serialize;
@@ -53,30 +53,32 @@ impl<P> Hang<P> {
 
 impl<P: Protocol> Protocol for Hang<P> {
     type Msg = P::Msg;
+    type Event = P::Event;
+    type Request = P::Request;
 
-    fn on_start(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
+    fn on_start(&mut self, now: Time, out: &mut OutboxOf<P>) {
         self.inner.on_start(now, out);
     }
 
-    fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut Outbox<P::Msg>) {
+    fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut OutboxOf<P>) {
         if self.running() {
             self.inner.on_message(now, from, msg, out);
         }
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<P::Msg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut OutboxOf<P>) {
         if self.running() {
             self.inner.on_timer(now, timer, out);
         }
     }
 
-    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<P::Msg>) {
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut OutboxOf<P>) {
         if self.running() {
             self.inner.on_suspect(now, peer, out);
         }
     }
 
-    fn on_wake(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
+    fn on_wake(&mut self, now: Time, out: &mut OutboxOf<P>) {
         if self.running() {
             self.inner.on_wake(now, out);
         }
@@ -446,7 +448,7 @@ mod tests {
     fn a_hung_protocol_handles_and_sends_nothing() {
         let flag = Arc::new(AtomicBool::new(false));
         let mut p = Hang::new(PingPong::ponger(), flag.clone());
-        let mut out = Outbox::new();
+        let mut out = crate::proto::Outbox::new();
         let ping = crate::proto::ping::PingMsg::Ping {
             seq: 1,
             payload: vec![1u8].into(),

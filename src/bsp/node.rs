@@ -715,6 +715,8 @@ fn decode(b: &[u8]) -> Option<(u64, Vec<(u64, u64)>)> {
 
 impl Protocol for BspNode {
     type Msg = BspMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<BspMsg>) {
         for vid in self.owned() {

@@ -262,6 +262,8 @@ impl Agreement {
 
 impl Protocol for Agreement {
     type Msg = AgreeMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<AgreeMsg>) {
         match self.initial {

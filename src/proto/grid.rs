@@ -136,6 +136,8 @@ impl Grid {
 
 impl Protocol for Grid {
     type Msg = GridMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<GridMsg>) {
         self.step(out);

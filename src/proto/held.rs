@@ -3,7 +3,7 @@
 //! times is the protocol, not the processes' start-up (at 1024 processes on two cores the
 //! start-up alone took 2 s, most of a construction's time).
 
-use super::{Outbox, Protocol, Time, TimerId};
+use super::{OutboxOf, Protocol, Time, TimerId};
 use crate::NodeId;
 
 /// `P`, started by the first [`Protocol::on_wake`] instead of [`Protocol::on_start`]; later
@@ -37,22 +37,24 @@ impl<P> Held<P> {
 
 impl<P: Protocol> Protocol for Held<P> {
     type Msg = P::Msg;
+    type Event = P::Event;
+    type Request = P::Request;
 
-    fn on_start(&mut self, _now: Time, _out: &mut Outbox<P::Msg>) {}
+    fn on_start(&mut self, _now: Time, _out: &mut OutboxOf<P>) {}
 
-    fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut Outbox<P::Msg>) {
+    fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut OutboxOf<P>) {
         self.inner.on_message(now, from, msg, out);
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<P::Msg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut OutboxOf<P>) {
         self.inner.on_timer(now, timer, out);
     }
 
-    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<P::Msg>) {
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut OutboxOf<P>) {
         self.inner.on_suspect(now, peer, out);
     }
 
-    fn on_wake(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
+    fn on_wake(&mut self, now: Time, out: &mut OutboxOf<P>) {
         if self.started {
             self.inner.on_wake(now, out);
         } else {
@@ -81,7 +83,7 @@ mod tests {
     #[test]
     fn the_first_wake_starts_it() {
         let mut p = Held::new(PingPong::pinger(NodeId(1), vec![32], 1, 0));
-        let mut out = Outbox::default();
+        let mut out = crate::proto::Outbox::default();
         p.on_start(Time::ZERO, &mut out);
         assert!(out.drain().next().is_none(), "held: nothing sent");
         assert!(!p.started());

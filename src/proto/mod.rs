@@ -102,9 +102,10 @@ pub enum Event {
     },
 }
 
-/// What a protocol asks its driver to do.
+/// What a protocol asks its driver to do. `E` is what it reports: its
+/// [`Protocol::Event`] (weft's own protocols report [`Event`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action<M> {
+pub enum Action<M, E = Event> {
     /// Send `msg` to the node `to` (reliable, FIFO per pair of nodes, as the papers assume).
     Send {
         /// Destination; the driver drops messages to ids it does not know.
@@ -121,17 +122,18 @@ pub enum Action<M> {
     },
     /// Forget a pending timer, if any.
     CancelTimer(TimerId),
-    /// Tell the driver about an event.
-    Report(Event),
+    /// Hand the application an event: the driver passes it on unchanged (the engine as
+    /// [`crate::engine::reactor::NodeEvent::Protocol`], the simulator in its reports).
+    Report(E),
 }
 
 /// The actions a protocol produced during one call; the driver drains it after every call.
 #[derive(Debug)]
-pub struct Outbox<M> {
-    actions: Vec<Action<M>>,
+pub struct Outbox<M, E = Event> {
+    actions: Vec<Action<M, E>>,
 }
 
-impl<M> Default for Outbox<M> {
+impl<M, E> Default for Outbox<M, E> {
     fn default() -> Self {
         Self {
             actions: Vec::new(),
@@ -139,7 +141,7 @@ impl<M> Default for Outbox<M> {
     }
 }
 
-impl<M> Outbox<M> {
+impl<M, E> Outbox<M, E> {
     /// An empty outbox.
     pub fn new() -> Self {
         Self::default()
@@ -165,17 +167,17 @@ impl<M> Outbox<M> {
     }
 
     /// Report an event.
-    pub fn report(&mut self, event: Event) {
+    pub fn report(&mut self, event: E) {
         self.actions.push(Action::Report(event));
     }
 
     /// Take every queued action, in the order they were produced.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Action<M>> {
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Action<M, E>> {
         self.actions.drain(..)
     }
 
     /// Move every action of `other` to the end of this outbox.
-    pub fn append(&mut self, mut other: Outbox<M>) {
+    pub fn append(&mut self, mut other: Outbox<M, E>) {
         self.actions.append(&mut other.actions);
     }
 
@@ -198,29 +200,65 @@ impl<M> Outbox<M> {
     }
 }
 
+/// The outbox of protocol `P`: its messages, its events.
+pub type OutboxOf<P> = Outbox<<P as Protocol>::Msg, <P as Protocol>::Event>;
+
+/// The request type of a protocol the application asks nothing of: no value of it exists, so
+/// no request can be made.
+pub type NoRequest = std::convert::Infallible;
+
 /// A sans-IO protocol instance: one per process.
+///
+/// Its channel to the application is typed both ways: the application hands it
+/// [`Protocol::Request`]s (the driver calls [`Protocol::on_request`], in the order they were
+/// made), and it hands the application [`Protocol::Event`]s ([`Outbox::report`]), which the
+/// driver passes on unchanged. No queue of the protocol's own sits between them.
 pub trait Protocol {
     /// The messages this protocol exchanges.
     type Msg;
 
+    /// What it reports to its application ([`Action::Report`]).
+    type Event;
+
+    /// What its application asks of it ([`NoRequest`] for a protocol that takes nothing).
+    type Request;
+
     /// Called once, before any other event.
-    fn on_start(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+    fn on_start(&mut self, now: Time, out: &mut Outbox<Self::Msg, Self::Event>);
 
     /// Called for each message received, in FIFO order per sender. `from` is the sender's id,
     /// which the transport (or the simulator) vouches for.
-    fn on_message(&mut self, now: Time, from: NodeId, msg: Self::Msg, out: &mut Outbox<Self::Msg>);
+    fn on_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: Self::Msg,
+        out: &mut Outbox<Self::Msg, Self::Event>,
+    );
 
     /// Called when a timer armed with [`Outbox::set_timer`] comes due.
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Self::Msg>);
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Self::Msg, Self::Event>);
 
     /// The transport lost its connection to `peer` (or could not make one): a suspected
     /// failure, which the protocol may act on (the failure detectors of the membership papers).
-    fn on_suspect(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+    fn on_suspect(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg, Self::Event>) {
+    }
 
-    /// The application left work for the protocol in a mailbox the protocol owns (as
-    /// `storage::Storage`'s requests) and asked the driver to wake it: a protocol without
-    /// such a mailbox ignores this.
-    fn on_wake(&mut self, _now: Time, _out: &mut Outbox<Self::Msg>) {}
+    /// The application asks something of the protocol (send this, keep that), through its
+    /// driver. Requests from one application reach the protocol in the order they were made,
+    /// after its [`Protocol::on_start`].
+    fn on_request(
+        &mut self,
+        _now: Time,
+        _req: Self::Request,
+        _out: &mut Outbox<Self::Msg, Self::Event>,
+    ) {
+    }
+
+    /// The driver wakes the protocol without a request: a held start
+    /// ([`held::Held`]), a launcher asking for counters (the overlay). A protocol that has no
+    /// use for it ignores it.
+    fn on_wake(&mut self, _now: Time, _out: &mut Outbox<Self::Msg, Self::Event>) {}
 
     /// A counter that changes whenever the protocol's output state changes. Drivers compare it
     /// before and after a call to notice a change without diffing state.

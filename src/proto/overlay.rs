@@ -121,6 +121,8 @@ impl Overlay {
 
 impl Protocol for Overlay {
     type Msg = OverlayMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<OverlayMsg>) {
         self.feed_bmg();

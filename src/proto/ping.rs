@@ -168,6 +168,8 @@ impl PingPong {
 
 impl Protocol for PingPong {
     type Msg = PingMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<PingMsg>) {
         self.left = self.rounds_per_size();

@@ -80,6 +80,8 @@ impl Relay {
 
 impl Protocol for Relay {
     type Msg = RelayMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<RelayMsg>) {
         // Token t starts at node t·n/tokens: distinct nodes while tokens <= n.

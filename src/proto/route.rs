@@ -769,6 +769,8 @@ impl Route {
 
 impl Protocol for Route {
     type Msg = RouteMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<RouteMsg>) {
         self.drain_mailbox(now, out);

@@ -203,6 +203,8 @@ impl<R: Rules> Standalone<R> {
 
 impl<R: Rules> Protocol for Standalone<R> {
     type Msg = R::Msg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<R::Msg>) {
         self.spont.start(out);

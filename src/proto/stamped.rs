@@ -4,7 +4,7 @@
 //! structure is built is the last change anywhere, which a driver reads from every process
 //! once the run has ended, the simulator's and the engine's alike.
 
-use super::{Outbox, Protocol, Time, TimerId};
+use super::{OutboxOf, Protocol, Time, TimerId};
 use crate::NodeId;
 
 /// `P`, with the time of the last event that changed its [`Protocol::state_version`].
@@ -50,24 +50,26 @@ impl<P: Protocol> Stamped<P> {
 
 impl<P: Protocol> Protocol for Stamped<P> {
     type Msg = P::Msg;
+    type Event = P::Event;
+    type Request = P::Request;
 
-    fn on_start(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
+    fn on_start(&mut self, now: Time, out: &mut OutboxOf<P>) {
         self.around(now, |p| p.on_start(now, out));
     }
 
-    fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut Outbox<P::Msg>) {
+    fn on_message(&mut self, now: Time, from: NodeId, msg: P::Msg, out: &mut OutboxOf<P>) {
         self.around(now, |p| p.on_message(now, from, msg, out));
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<P::Msg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut OutboxOf<P>) {
         self.around(now, |p| p.on_timer(now, timer, out));
     }
 
-    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<P::Msg>) {
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut OutboxOf<P>) {
         self.around(now, |p| p.on_suspect(now, peer, out));
     }
 
-    fn on_wake(&mut self, now: Time, out: &mut Outbox<P::Msg>) {
+    fn on_wake(&mut self, now: Time, out: &mut OutboxOf<P>) {
         self.around(now, |p| p.on_wake(now, out));
     }
 
@@ -103,7 +105,7 @@ mod tests {
         let leaf = Ring::new(NodeId(1), Some(NodeId(0)), vec![]);
         let mut a = Stamped::new(Overlay::new(root, 2, cfg));
         let mut b = Stamped::new(Overlay::new(leaf, 2, cfg));
-        let mut out = Outbox::default();
+        let mut out = crate::proto::Outbox::default();
         a.on_start(Time(0), &mut out);
         b.on_start(Time(0), &mut out);
         out.drain().for_each(drop);

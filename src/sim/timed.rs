@@ -22,7 +22,7 @@
 
 use super::faultnet::{FaultCounts, LinkFaults, Sides};
 use super::turns::{Held, Turns};
-use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
+use crate::proto::{Action, Outbox, Protocol, Time, TimerId};
 use crate::rng::SimRng;
 use crate::topology::torus::Torus;
 use crate::{NodeId, Rank};
@@ -107,6 +107,11 @@ enum Ev {
     Wake {
         node: u32,
     },
+    /// Process `node` gets its application's request `id` (kept in `requests`).
+    Request {
+        node: u32,
+        id: u64,
+    },
     /// The open turn of a core has handled what it gathered: its held sends leave.
     TurnEnd {
         core: u32,
@@ -170,9 +175,12 @@ pub struct TimedWorld<P: Protocol> {
     pub sent: u64,
     /// Connections opened: first messages between two processes.
     pub connections: u64,
-    out: Outbox<P::Msg>,
+    out: Outbox<P::Msg, P::Event>,
     /// What processes reported: (process, time its handling ended, event).
-    reports: Vec<(u32, u64, Event)>,
+    reports: Vec<(u32, u64, P::Event)>,
+    /// Requests of applications waiting for their time, by the sequence number that
+    /// scheduled them.
+    requests: HashMap<u64, P::Request>,
     /// Incarnation of each process (bumped when it restarts).
     incarnation: Vec<u32>,
     /// Protocols waiting for their `Start` (a joiner, a restarted process).
@@ -242,6 +250,7 @@ impl<P: Protocol> TimedWorld<P> {
             connections: 0,
             out: Outbox::new(),
             reports: Vec::new(),
+            requests: HashMap::new(),
             incarnation: vec![0; n],
             pending: HashMap::new(),
             links: vec![Vec::new(); n],
@@ -438,7 +447,7 @@ impl<P: Protocol> TimedWorld<P> {
     }
 
     /// The events reported since the last call: (process, time its handling ended, event).
-    pub fn take_reports(&mut self) -> Vec<(u32, u64, Event)> {
+    pub fn take_reports(&mut self) -> Vec<(u32, u64, P::Event)> {
         std::mem::take(&mut self.reports)
     }
 
@@ -528,6 +537,20 @@ impl<P: Protocol> TimedWorld<P> {
     /// ([`Protocol::on_wake`]), as after `NodeHandle::wake` on the engine.
     pub fn wake_at(&mut self, t: u64, i: u32) {
         self.push(t, Ev::Wake { node: i });
+    }
+
+    /// At time `t`, process `i`'s application hands it `req` ([`Protocol::on_request`]), as
+    /// `NodeHandle::request` does on the engine. Lost if `i` is dead then.
+    pub fn request_at(&mut self, t: u64, i: u32, req: P::Request) {
+        self.seq += 1;
+        self.requests.insert(self.seq, req);
+        self.push(
+            t,
+            Ev::Request {
+                node: i,
+                id: self.seq,
+            },
+        );
     }
 
     /// Process `at` suspects `peer` at time `t` (an external failure detector).
@@ -715,7 +738,7 @@ impl<P: Protocol> TimedWorld<P> {
                 to
             }
             Ev::Suspect { at, .. } => *at,
-            Ev::Timer { node, .. } | Ev::Wake { node } => *node,
+            Ev::Timer { node, .. } | Ev::Wake { node } | Ev::Request { node, .. } => *node,
             Ev::Hang { node, until } => {
                 let cpu = self.cpu(*node);
                 self.now = self.now.max(at);
@@ -848,6 +871,11 @@ impl<P: Protocol> TimedWorld<P> {
                 self.nodes[node as usize].on_timer(now, timer, &mut self.out);
             }
             Ev::Wake { node } => self.nodes[node as usize].on_wake(now, &mut self.out),
+            Ev::Request { node, id } => {
+                if let Some(req) = self.requests.remove(&id) {
+                    self.nodes[node as usize].on_request(now, req, &mut self.out);
+                }
+            }
         }
         self.apply(node, start);
         Some(Some(node))

@@ -1101,6 +1101,8 @@ fn unrecoverable(out: &mut Outbox<StoreMsg>, vid: u64, version: u64, why: String
 
 impl Protocol for Storage {
     type Msg = StoreMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, _out: &mut Outbox<StoreMsg>) {}
 

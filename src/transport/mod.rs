@@ -53,15 +53,16 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, EngineError> {
     Ok(socket.into())
 }
 
-/// A reactor thread: stops (every node it hosts with it) and is joined when dropped.
-struct ReactorThread {
-    commands: Sender<Command>,
+/// A reactor thread: stops (every node it hosts with it) and is joined when dropped. `R`: its
+/// protocol's requests.
+struct ReactorThread<R> {
+    commands: Sender<Command<R>>,
     waker: Arc<Waker>,
     thread: Option<JoinHandle<Result<(), EngineError>>>,
 }
 
-impl ReactorThread {
-    fn send(&self, c: Command) {
+impl<R> ReactorThread<R> {
+    fn send(&self, c: Command<R>) {
         let _ = self.commands.send(c);
         let _ = self.waker.wake();
     }
@@ -76,14 +77,14 @@ impl ReactorThread {
     }
 }
 
-impl Drop for ReactorThread {
+impl<R> Drop for ReactorThread<R> {
     fn drop(&mut self) {
         let _ = self.join();
     }
 }
 
 /// A running node.
-pub struct NodeHandle<P> {
+pub struct NodeHandle<P: Protocol> {
     /// Its id.
     pub id: NodeId,
     /// Where it listens.
@@ -91,16 +92,16 @@ pub struct NodeHandle<P> {
     /// The backend its reactor runs on: the one chosen, or poll where an automatic choice of
     /// io_uring could not have a ring for this reactor (see [`ReactorConfig::fallback`]).
     pub backend: Backend,
-    commands: Sender<Command>,
+    commands: Sender<Command<P::Request>>,
     waker: Arc<Waker>,
     /// Its protocol, once the node stopped.
     retired: Receiver<P>,
     /// The reactor, when the node has one of its own ([`spawn`]).
-    own: Option<ReactorThread>,
+    own: Option<ReactorThread<P::Request>>,
     stopped: bool,
 }
 
-impl<P> NodeHandle<P> {
+impl<P: Protocol> NodeHandle<P> {
     /// Stop the node: its sockets close (peers see the connections drop, exactly as when the
     /// process dies). Returns the protocol's final state.
     pub fn stop(&mut self) -> Result<P, EngineError> {
@@ -121,8 +122,16 @@ impl<P> NodeHandle<P> {
         }
     }
 
-    /// Have the node's protocol look at the mailbox its application fills
-    /// ([`crate::proto::Protocol::on_wake`]; `storage::Storage`'s requests).
+    /// Hand the node's protocol a request ([`crate::proto::Protocol::on_request`]): it runs
+    /// on the node's reactor thread, after the requests made before it. Dropped if the node
+    /// is stopped.
+    pub fn request(&self, req: P::Request) {
+        let _ = self.commands.send(Command::Request { node: self.id, req });
+        let _ = self.waker.wake();
+    }
+
+    /// Wake the node's protocol without a request ([`crate::proto::Protocol::on_wake`]: a
+    /// held start, a launcher asking for counters).
     pub fn wake(&self) {
         let _ = self.commands.send(Command::Wake(self.id));
         let _ = self.waker.wake();
@@ -139,7 +148,7 @@ impl<P> NodeHandle<P> {
     }
 }
 
-impl<P> Drop for NodeHandle<P> {
+impl<P: Protocol> Drop for NodeHandle<P> {
     fn drop(&mut self) {
         self.kill();
     }
@@ -322,15 +331,17 @@ fn start_reactor<P>(
     backend: Backend,
     epoch: Instant,
     core: Option<usize>,
-    events: Sender<(NodeId, NodeEvent)>,
+    events: Sender<(NodeId, NodeEvent<P::Event>)>,
     (poll, waker): (Poll, Arc<Waker>),
     local: Option<Port<P::Msg>>,
     shm: bool,
     shm_bound: &mut HashMap<NodeId, std::io::Result<UnixListener>>,
-) -> Result<(ReactorThread, Vec<NodeHandle<P>>), EngineError>
+) -> Result<(ReactorThread<P::Request>, Vec<NodeHandle<P>>), EngineError>
 where
     P: Protocol + Send + 'static,
     P::Msg: Framed,
+    P::Event: Send + 'static,
+    P::Request: Send + 'static,
 {
     let (tx, rx) = channel();
     let mut hosts = Vec::with_capacity(nodes.len());
@@ -492,11 +503,13 @@ pub fn spawn<P>(
     spec: NodeSpec,
     opts: &NodeOptions,
     proto: P,
-    events: Sender<(NodeId, NodeEvent)>,
+    events: Sender<(NodeId, NodeEvent<P::Event>)>,
 ) -> Result<NodeHandle<P>, EngineError>
 where
     P: Protocol + Send + 'static,
     P::Msg: Framed,
+    P::Event: Send + 'static,
+    P::Request: Send + 'static,
 {
     opts.check()?;
     let backend = choose_backend(opts.backend)?;
@@ -520,24 +533,26 @@ where
 }
 
 /// N nodes on 127.0.0.1, every node knowing every other, hosted by one reactor per core.
-pub struct Cluster<P> {
+pub struct Cluster<P: Protocol> {
     /// The nodes, node `i` has id `NodeId(i)`.
     pub nodes: Vec<NodeHandle<P>>,
     /// Every node's events. Keep reading them: the channel is unbounded (strangers' refusals
     /// come at most 16 a second per node, see [`spawn`]).
-    pub events: Receiver<(NodeId, NodeEvent)>,
+    pub events: Receiver<(NodeId, NodeEvent<P::Event>)>,
     /// Time zero of every node's protocol clock.
     pub epoch: Instant,
     /// How its nodes reach each other: [`Transport::Inproc`] or [`Transport::Tcp`], as the
     /// options chose.
     pub transport: Transport,
-    reactors: Vec<ReactorThread>,
+    reactors: Vec<ReactorThread<P::Request>>,
 }
 
 impl<P> Cluster<P>
 where
     P: Protocol + Send + 'static,
     P::Msg: Framed,
+    P::Event: Send + 'static,
+    P::Request: Send + 'static,
 {
     /// Start `n` nodes; `make(i, ids)` builds node `i`'s protocol, on the reactor thread that
     /// will run it (see `start_reactor`).
@@ -695,7 +710,7 @@ where
     }
 }
 
-impl<P> Drop for Cluster<P> {
+impl<P: Protocol> Drop for Cluster<P> {
     fn drop(&mut self) {
         // Reactors first: each stops all its nodes at once (dropping the handles one by one
         // would stop the nodes one at a time, in order, each a graceful close).

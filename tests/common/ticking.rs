@@ -25,6 +25,8 @@ impl Ticking {
 
 impl Protocol for Ticking {
     type Msg = PingMsg;
+    type Event = weft::proto::Event;
+    type Request = weft::proto::NoRequest;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<PingMsg>) {
         out.set_timer(TICK, self.period);

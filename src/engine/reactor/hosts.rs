@@ -101,7 +101,7 @@ where
             .map(|x| x.identity.node_id)
     }
 
-    pub(super) fn emit(&self, h: usize, e: NodeEvent) {
+    pub(super) fn emit(&self, h: usize, e: NodeEvent<P::Event>) {
         if let Some(id) = self.id_of(h) {
             let _ = self.events.send((id, e));
         }
@@ -162,6 +162,11 @@ where
                 Command::Wake(id) => {
                     if let Some(&h) = self.by_id.get(&id) {
                         self.wake_protocol(h)?;
+                    }
+                }
+                Command::Request { node, req } => {
+                    if let Some(&h) = self.by_id.get(&node) {
+                        self.request_protocol(h, req)?;
                     }
                 }
             }

@@ -92,9 +92,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Receive buffers larger than this are given back when their connection goes quiet.
 const SWEEP_ABOVE: usize = 64 * 1024;
 
-/// Orders from outside the reactor.
+/// Orders from outside the reactor; `R` is its protocol's [`crate::proto::Protocol::Request`].
 #[derive(Debug)]
-pub enum Command {
+pub enum Command<R> {
     /// Close every socket and return, handing every node's protocol back.
     Stop,
     /// Kill one hosted node: close its listener and connections (its peers see them drop, as
@@ -112,11 +112,22 @@ pub enum Command {
     /// Call hosted node `node`'s [`crate::proto::Protocol::on_wake`]: its application left
     /// it work.
     Wake(NodeId),
+    /// Hand hosted node `node`'s protocol its application's request
+    /// ([`crate::proto::Protocol::on_request`]).
+    Request {
+        /// The hosted node.
+        node: NodeId,
+        /// What its application asks.
+        req: R,
+    },
 }
 
 /// What a reactor tells the outside world.
+///
+/// `E` is the events its protocol reports ([`crate::proto::Protocol::Event`]; weft's own
+/// protocols report [`crate::proto::Event`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeEvent {
+pub enum NodeEvent<E = crate::proto::Event> {
     /// A peer proved it belongs to the job.
     Authenticated(NodeId),
     /// A connection was refused or dropped (bad frame, failed handshake, a peer's connection
@@ -136,7 +147,7 @@ pub enum NodeEvent {
     /// A connection to a known peer failed: reported to the protocol as a suspected failure.
     Suspect(NodeId),
     /// The protocol reported an event.
-    Protocol(crate::proto::Event),
+    Protocol(E),
 }
 
 /// Static settings of one reactor: the user's ([`ReactorOptions`]) and what the start chose.
@@ -211,14 +222,14 @@ struct Reactor<P: Protocol, B> {
     cold: Vec<Cold>,
     by_id: IdMap<NodeId, usize>,
     conns: Conns,
-    outbox: Outbox<P::Msg>,
+    outbox: Outbox<P::Msg, P::Event>,
     /// Whether [`Reactor::apply_outbox`] is carrying out actions (see there).
     applying: bool,
     timers: Timers<Due>,
     /// Nanoseconds since the cluster's epoch, for protocols and timers.
     clock: Clock,
-    commands: Receiver<Command>,
-    events: Sender<(NodeId, NodeEvent)>,
+    commands: Receiver<Command<P::Request>>,
+    events: Sender<(NodeId, NodeEvent<P::Event>)>,
     /// Received messages: (hosted node, sender, message).
     inbox: Vec<(usize, NodeId, P::Msg)>,
     /// Messages for connections still in their handshake, by slot: they are framed (and
@@ -275,8 +286,8 @@ where
         cfg: ReactorConfig,
         poll: Poll,
         hosts: Vec<HostSpec<P>>,
-        commands: Receiver<Command>,
-        events: Sender<(NodeId, NodeEvent)>,
+        commands: Receiver<Command<P::Request>>,
+        events: Sender<(NodeId, NodeEvent<P::Event>)>,
         local: Option<Port<P::Msg>>,
     ) -> Result<Self, EngineError> {
         let mut local = local;
@@ -332,8 +343,8 @@ where
         cfg: ReactorConfig,
         poll: Poll,
         specs: Vec<HostSpec<P>>,
-        commands: Receiver<Command>,
-        events: Sender<(NodeId, NodeEvent)>,
+        commands: Receiver<Command<P::Request>>,
+        events: Sender<(NodeId, NodeEvent<P::Event>)>,
         local: Option<Port<P::Msg>>,
     ) -> Result<Self, EngineError> {
         let (mut hosts, mut listeners) = (Vec::new(), Vec::new());
@@ -578,6 +589,16 @@ where
         // The sockets are reset; wait for the kernel to let go of every buffer it was given.
         self.io.finish();
         Ok(())
+    }
+
+    /// Hand hosted node `h`'s protocol its application's request and carry out what it asks
+    /// for.
+    fn request_protocol(&mut self, h: usize, req: P::Request) -> Result<(), EngineError> {
+        let now = self.now();
+        if let Some(host) = self.hosts[h].as_mut() {
+            host.proto.on_request(now, req, &mut self.outbox);
+        }
+        self.apply_outbox(h)
     }
 
     /// Call hosted node `h`'s `on_wake` and carry out what it asks for.

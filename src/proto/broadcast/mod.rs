@@ -772,6 +772,8 @@ fn digest_step(d: u64, words: [u64; 3]) -> u64 {
 
 impl Protocol for Broadcast {
     type Msg = OrderMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<OrderMsg>) {
         self.now = now;

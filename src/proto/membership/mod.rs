@@ -1578,6 +1578,8 @@ impl Membership {
 
 impl Protocol for Membership {
     type Msg = MemberMsg;
+    type Event = crate::proto::Event;
+    type Request = crate::proto::NoRequest;
 
     fn on_start(&mut self, now: Time, out: &mut Outbox<MemberMsg>) {
         self.now = now;

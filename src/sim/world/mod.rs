@@ -155,6 +155,7 @@ pub struct World<P: Protocol> {
 impl<P: Protocol + Send> World<P>
 where
     P::Msg: Send,
+    P::Event: Send,
 {
     /// A system of `nodes` (process `i` is `NodeId(i)`, fewer than [`MAX_PROCESSES`]) whose
     /// round lasts `tick`.
@@ -545,6 +546,8 @@ mod tests {
 
     impl Protocol for Numbered {
         type Msg = u32;
+        type Event = crate::proto::Event;
+        type Request = crate::proto::NoRequest;
         fn on_start(&mut self, _: Time, out: &mut Outbox<u32>) {
             for i in 0..self.count {
                 for to in 0..self.n {
@@ -607,6 +610,8 @@ mod tests {
 
     impl Protocol for Bounce {
         type Msg = u32;
+        type Event = crate::proto::Event;
+        type Request = crate::proto::NoRequest;
         fn on_start(&mut self, _: Time, out: &mut Outbox<u32>) {
             out.send(NodeId(0), 0u32);
             out.send(NodeId(1), 0u32);

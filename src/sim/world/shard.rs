@@ -91,7 +91,7 @@ pub(super) struct Shard<'w, P: Protocol> {
     pub(super) armed: Vec<(u64, u32)>,
     pub(super) tally: Tally,
     pub(super) clock: Clock,
-    out: Outbox<P::Msg>,
+    out: Outbox<P::Msg, P::Event>,
     /// Receivers of the list being delivered, for loading them ahead.
     scratch: Vec<usize>,
 }
