@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
+use weft::engine::reactor::NodeEvent;
 use weft::proto::route::{RouteConfig, RouteEvent, RouteFailure};
 use weft::transport::route::RouteNode;
 use weft::{NodeId, Rank};
@@ -22,8 +23,10 @@ fn gather(
         assert!(Instant::now() < deadline, "not done in 30 s: {seen:?}");
         for (i, n) in nodes.iter().enumerate() {
             if let Some(n) = n {
-                while let Some(e) = n.next_event(Duration::from_micros(100)) {
-                    seen.push((i, e));
+                while let Ok(e) = n.next_event(Duration::from_micros(100)) {
+                    if let NodeEvent::Protocol(e) = e {
+                        seen.push((i, e));
+                    }
                 }
             }
         }
@@ -117,8 +120,10 @@ fn routes_around_stopped_nodes_and_broadcasts() {
     gather(&nodes, &mut seen, |s| reached(s).len() >= live.len());
     // Late copies would show up now.
     for n in nodes.iter().flatten() {
-        while let Some(e) = n.next_event(Duration::from_millis(20)) {
-            seen.push((usize::MAX, e));
+        while let Ok(e) = n.next_event(Duration::from_millis(20)) {
+            if let NodeEvent::Protocol(e) = e {
+                seen.push((usize::MAX, e));
+            }
         }
     }
     let mut got = reached(&seen);

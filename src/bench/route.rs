@@ -20,7 +20,6 @@ use super::stabilize::BenchError;
 use crate::engine::reactor::NodeEvent;
 use crate::metrics::middle;
 use crate::proto::route::{Route, RouteConfig, RouteEvent, RouteRequest};
-use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::sim::route::other_than;
 use crate::topology::bmg;
@@ -28,8 +27,8 @@ use crate::transport::{Cluster, NodeOptions};
 use crate::{NodeId, Rank};
 use serde::Serialize;
 use std::collections::HashSet;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -107,16 +106,10 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     let n = cfg.nodes;
     let opts = plan_descriptors(n, &cfg.opts)?;
     let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
-    let (mail, boxes): (Vec<Sender<RouteRequest>>, Vec<Receiver<RouteRequest>>) =
-        (0..n).map(|_| channel()).unzip();
-    let boxes = Mutex::new(boxes.into_iter().map(Some).collect::<Vec<_>>());
     let route = cfg.route;
     let ring_for = ring.clone();
     let mut c = Cluster::start(n, opts, move |i, _| {
-        let rx = boxes.lock().expect("mailboxes")[i]
-            .take()
-            .expect("one router per node");
-        Route::new(Rank(i as u32), ring_for.clone(), route).with_mailbox(rx)
+        Route::new(Rank(i as u32), ring_for.clone(), route)
     })?;
     let victims: HashSet<u32> = draw_victims(n, cfg.fail, cfg.seed)
         .into_iter()
@@ -149,16 +142,13 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     for &r in &live {
         for j in 0..cfg.per_node {
             let to = other_than(r, &live, &mut rng);
-            let _ = mail[r as usize].send(RouteRequest::Send {
+            c.nodes[r as usize].request(RouteRequest::Send {
                 to: Rank(to),
                 tag: j as u64,
                 data: payload.clone().into(),
             });
             sent += 1;
         }
-    }
-    for &r in &live {
-        c.nodes[r as usize].wake();
     }
     let (mut delivered, mut failed, mut max_hops, mut hops) = (0u64, 0u64, 0u32, 0u64);
     while delivered + failed < sent {
@@ -177,10 +167,9 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
     // Step 3: a broadcast.
     let origin = live[0];
     let start = Instant::now();
-    let _ = mail[origin as usize].send(RouteRequest::Broadcast {
+    c.nodes[origin as usize].request(RouteRequest::Broadcast {
         data: payload.clone().into(),
     });
-    c.nodes[origin as usize].wake();
     let mut reached = HashSet::new();
     while reached.len() < live.len() {
         let (at, e) = next_from(&c.events, deadline, "the broadcast")?;
@@ -206,12 +195,11 @@ pub fn run(cfg: &RouteBenchConfig) -> Result<RouteBenchRow, BenchError> {
         } else {
             other_than(prober, &live, &mut rng)
         };
-        let _ = mail[prober as usize].send(RouteRequest::Send {
+        c.nodes[prober as usize].request(RouteRequest::Send {
             to: Rank(to),
             tag: u64::from(j),
             data: payload.clone().into(),
         });
-        c.nodes[prober as usize].wake();
         loop {
             match next(&c.events, deadline, "a probe's answer")? {
                 RouteEvent::Delivered {
@@ -352,7 +340,7 @@ struct Deadline {
 
 /// The next routing event of any node.
 fn next(
-    events: &Receiver<(NodeId, NodeEvent)>,
+    events: &Receiver<(NodeId, NodeEvent<RouteEvent>)>,
     deadline: Deadline,
     what: &str,
 ) -> Result<RouteEvent, BenchError> {
@@ -362,14 +350,14 @@ fn next(
 /// The next routing event and the node that reported it; an error past `deadline`, naming
 /// how long the run waited.
 fn next_from(
-    events: &Receiver<(NodeId, NodeEvent)>,
+    events: &Receiver<(NodeId, NodeEvent<RouteEvent>)>,
     deadline: Deadline,
     what: &str,
 ) -> Result<(NodeId, RouteEvent), BenchError> {
     loop {
         let left = deadline.at.saturating_duration_since(Instant::now());
         match events.recv_timeout(left) {
-            Ok((id, NodeEvent::Protocol(Event::Route(e)))) => return Ok((id, e)),
+            Ok((id, NodeEvent::Protocol(e))) => return Ok((id, e)),
             Ok(_) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 return Err(BenchError::Timeout(deadline.total, what.into()))

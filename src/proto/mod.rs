@@ -87,8 +87,6 @@ pub enum Event {
     Storage(storage::StorageEvent),
     /// Robust-BSP news: supersteps, rollbacks, the result.
     Bsp(bsp::BspEvent),
-    /// Routing news: messages received, delivered or failed, broadcasts.
-    Route(route::RouteEvent),
     /// A protocol's message counters and whether it is quiet, when its driver wakes it to
     /// ask (the overlay's [`Protocol::on_wake`]): a launcher that sees the messages sent by
     /// all equal those received by all in two rounds of asking knows none is in flight.

@@ -31,12 +31,11 @@
 //! long as the live processes' fingers connect them (the BMG stays connected with up to
 //! `2⌈log2 N⌉ − 1` failures, more in practice); no order between broadcasts of different origins.
 
-use super::{Event, Outbox, Protocol, Time, TimerId};
+use super::{Outbox, Protocol, Time, TimerId};
 use crate::buf::Payload;
 use crate::topology::bmg;
 use crate::{NodeId, Rank};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,7 +139,7 @@ impl RouteMsg {
 /// The retransmission timer.
 pub const RETRY_TIMER: TimerId = TimerId(50);
 
-/// What the application asks of its router (through the mailbox, then a wake).
+/// What the application asks of its router ([`Protocol::on_request`]).
 #[derive(Clone, Debug)]
 pub enum RouteRequest {
     /// Send `data` to the process at ring position `to`; `tag` comes back in the events.
@@ -318,7 +317,6 @@ pub struct Route {
     flood_seq: u64,
     flooded: HashMap<u32, Seen>,
     retry_armed: bool,
-    mailbox: Option<Receiver<RouteRequest>>,
     stats: RouteStats,
     /// Peers a message came from since they were last suspected: they were alive after their
     /// connection formed.
@@ -373,17 +371,10 @@ impl Route {
             flood_seq: 0,
             flooded: HashMap::new(),
             retry_armed: false,
-            mailbox: None,
             stats: RouteStats::default(),
             heard: vec![false; n as usize],
             custody: HashMap::new(),
         }
-    }
-
-    /// With a mailbox the application fills (then wakes the node: `NodeHandle::wake`).
-    pub fn with_mailbox(mut self, mailbox: Receiver<RouteRequest>) -> Self {
-        self.mailbox = Some(mailbox);
-        self
     }
 
     /// This process's rank.
@@ -415,7 +406,12 @@ impl Route {
     }
 
     /// Carry out one request of the application.
-    pub fn request(&mut self, now: Time, req: RouteRequest, out: &mut Outbox<RouteMsg>) {
+    pub fn request(
+        &mut self,
+        now: Time,
+        req: RouteRequest,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
+    ) {
         match req {
             RouteRequest::Send { to, tag, data } => self.send(now, to, tag, data, out),
             RouteRequest::Broadcast { data } => {
@@ -444,37 +440,37 @@ impl Route {
         to: Rank,
         tag: u64,
         data: Payload,
-        out: &mut Outbox<RouteMsg>,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
     ) {
         let dst = to.0;
         if dst >= self.n() {
             let why = RouteFailure::NoSuchRank;
             let to = NodeId(u64::from(dst));
-            out.report(Event::Route(RouteEvent::Failed { to, tag, why }));
+            out.report(RouteEvent::Failed { to, tag, why });
             return;
         }
         if dst == self.me {
             let me = self.id(dst);
-            out.report(Event::Route(RouteEvent::Received {
+            out.report(RouteEvent::Received {
                 from: me,
                 tag,
                 hops: 0,
                 data,
-            }));
-            out.report(Event::Route(RouteEvent::Delivered {
+            });
+            out.report(RouteEvent::Delivered {
                 to: me,
                 tag,
                 there: 0,
                 back: 0,
                 rtt: Duration::ZERO,
                 tries: 1,
-            }));
+            });
             return;
         }
         if self.dead[dst as usize] {
             let to = self.id(dst);
             let why = RouteFailure::Dead;
-            out.report(Event::Route(RouteEvent::Failed { to, tag, why }));
+            out.report(RouteEvent::Failed { to, tag, why });
             return;
         }
         let seq = self.next_seq.entry(dst).or_insert(0);
@@ -498,7 +494,7 @@ impl Route {
     }
 
     /// Send (again) the pending message `key`.
-    fn transmit(&mut self, now: Time, key: (u32, u64), out: &mut Outbox<RouteMsg>) {
+    fn transmit(&mut self, now: Time, key: (u32, u64), out: &mut Outbox<RouteMsg, RouteEvent>) {
         let (dst, seq) = key;
         let hop = self.next_hop(dst, None);
         let Some(p) = self.pending.get_mut(&key) else {
@@ -521,16 +517,16 @@ impl Route {
     }
 
     /// Broadcast `data` to every live process; returns its broadcast number.
-    pub fn broadcast(&mut self, data: Payload, out: &mut Outbox<RouteMsg>) -> u64 {
+    pub fn broadcast(&mut self, data: Payload, out: &mut Outbox<RouteMsg, RouteEvent>) -> u64 {
         let seq = self.flood_seq;
         self.flood_seq += 1;
         self.flooded.entry(self.me).or_default().insert(seq);
-        out.report(Event::Route(RouteEvent::Broadcast {
+        out.report(RouteEvent::Broadcast {
             origin: self.id(self.me),
             seq,
             hops: 0,
             data: data.clone(),
-        }));
+        });
         self.flood(self.me, seq, 0, &data, None, out);
         seq
     }
@@ -542,7 +538,7 @@ impl Route {
         hops: u32,
         data: &Payload,
         from: Option<u32>,
-        out: &mut Outbox<RouteMsg>,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
     ) {
         for &f in &self.fingers {
             if self.dead[f as usize] || Some(f) == from || f == origin {
@@ -574,7 +570,7 @@ impl Route {
 
     /// Pass on a routed message that came from `from` (dropped, and counted, when it has made
     /// `max_hops` hops, its target is dead or no live finger is left).
-    fn relay(&mut self, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+    fn relay(&mut self, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg, RouteEvent>) {
         let target = msg.target();
         // Nothing reaches a dead target (a `Data`'s sender was answered before this).
         let hop = if msg.hops() >= self.max_hops || self.dead[target as usize] {
@@ -597,7 +593,7 @@ impl Route {
     }
 
     /// Every pending message to `dst` fails: it is dead.
-    fn fail_toward(&mut self, dst: u32, out: &mut Outbox<RouteMsg>) {
+    fn fail_toward(&mut self, dst: u32, out: &mut Outbox<RouteMsg, RouteEvent>) {
         let keys: Vec<(u32, u64)> = self
             .pending
             .range((dst, 0)..=(dst, u64::MAX))
@@ -605,16 +601,22 @@ impl Route {
             .collect();
         for k in keys {
             if let Some(p) = self.pending.remove(&k) {
-                out.report(Event::Route(RouteEvent::Failed {
+                out.report(RouteEvent::Failed {
                     to: self.id(dst),
                     tag: p.tag,
                     why: RouteFailure::Dead,
-                }));
+                });
             }
         }
     }
 
-    fn on_data(&mut self, now: Time, from: u32, mut msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+    fn on_data(
+        &mut self,
+        now: Time,
+        from: u32,
+        mut msg: RouteMsg,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
+    ) {
         let RouteMsg::Data {
             src,
             dst,
@@ -640,12 +642,12 @@ impl Route {
             return;
         };
         if self.received.entry(src).or_default().insert(seq) {
-            out.report(Event::Route(RouteEvent::Received {
+            out.report(RouteEvent::Received {
                 from: self.id(src),
                 tag,
                 hops,
                 data: payload,
-            }));
+            });
         }
         // Every copy is acknowledged: an earlier acknowledgement may have been lost.
         let ack = RouteMsg::Ack {
@@ -667,7 +669,7 @@ impl Route {
         dst: u32,
         seq: u64,
         from: u32,
-        out: &mut Outbox<RouteMsg>,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
     ) {
         let back = RouteMsg::Unreachable {
             src,
@@ -685,7 +687,7 @@ impl Route {
         src: u32,
         from: u32,
         msg: RouteMsg,
-        out: &mut Outbox<RouteMsg>,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
     ) {
         if src == self.me {
             self.on_answer(now, self.me, msg, out);
@@ -696,7 +698,13 @@ impl Route {
 
     /// An `Ack` or `Unreachable` (its `hops` not yet counting the hop that brought it): for
     /// this process, or passed on.
-    fn on_answer(&mut self, now: Time, from: u32, mut msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+    fn on_answer(
+        &mut self,
+        now: Time,
+        from: u32,
+        mut msg: RouteMsg,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
+    ) {
         let (src, hops) = match &mut msg {
             RouteMsg::Ack { src, hops, .. } | RouteMsg::Unreachable { src, hops, .. } => {
                 if from != self.me {
@@ -715,14 +723,14 @@ impl Route {
                 dst, seq, there, ..
             } => {
                 if let Some(p) = self.pending.remove(&(dst, seq)) {
-                    out.report(Event::Route(RouteEvent::Delivered {
+                    out.report(RouteEvent::Delivered {
                         to: self.id(dst),
                         tag: p.tag,
                         there,
                         back: hops,
                         rtt: now.since(p.last_sent),
                         tries: p.tries,
-                    }));
+                    });
                 }
             }
             RouteMsg::Unreachable { dst, .. } => {
@@ -733,7 +741,7 @@ impl Route {
         }
     }
 
-    fn on_flood(&mut self, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+    fn on_flood(&mut self, from: u32, msg: RouteMsg, out: &mut Outbox<RouteMsg, RouteEvent>) {
         let RouteMsg::Flood {
             origin,
             seq,
@@ -747,36 +755,34 @@ impl Route {
             return;
         }
         let hops = hops + 1;
-        out.report(Event::Route(RouteEvent::Broadcast {
+        out.report(RouteEvent::Broadcast {
             origin: self.id(origin),
             seq,
             hops,
             data: payload.clone(),
-        }));
+        });
         self.flood(origin, seq, hops, &payload, Some(from), out);
-    }
-
-    fn drain_mailbox(&mut self, now: Time, out: &mut Outbox<RouteMsg>) {
-        let Some(mailbox) = self.mailbox.take() else {
-            return;
-        };
-        while let Ok(req) = mailbox.try_recv() {
-            self.request(now, req, out);
-        }
-        self.mailbox = Some(mailbox);
     }
 }
 
 impl Protocol for Route {
     type Msg = RouteMsg;
-    type Event = crate::proto::Event;
-    type Request = crate::proto::NoRequest;
+    type Event = RouteEvent;
+    type Request = RouteRequest;
 
-    fn on_start(&mut self, now: Time, out: &mut Outbox<RouteMsg>) {
-        self.drain_mailbox(now, out);
+    fn on_start(&mut self, _now: Time, _out: &mut Outbox<RouteMsg, RouteEvent>) {}
+
+    fn on_request(&mut self, now: Time, req: RouteRequest, out: &mut Outbox<RouteMsg, RouteEvent>) {
+        self.request(now, req, out);
     }
 
-    fn on_message(&mut self, now: Time, from: NodeId, msg: RouteMsg, out: &mut Outbox<RouteMsg>) {
+    fn on_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: RouteMsg,
+        out: &mut Outbox<RouteMsg, RouteEvent>,
+    ) {
         let Some(&from) = self.ranks.get(&from) else {
             return;
         };
@@ -806,7 +812,7 @@ impl Protocol for Route {
         }
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<RouteMsg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<RouteMsg, RouteEvent>) {
         if timer != RETRY_TIMER {
             return;
         }
@@ -831,7 +837,7 @@ impl Protocol for Route {
                 let tag = p.tag;
                 self.pending.remove(&key);
                 let to = self.id(dst);
-                out.report(Event::Route(RouteEvent::Failed { to, tag, why }));
+                out.report(RouteEvent::Failed { to, tag, why });
             } else {
                 self.stats.resent += 1;
                 self.transmit(now, key, out);
@@ -843,7 +849,7 @@ impl Protocol for Route {
         }
     }
 
-    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<RouteMsg>) {
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<RouteMsg, RouteEvent>) {
         let Some(&r) = self.ranks.get(&peer) else {
             return;
         };
@@ -875,10 +881,6 @@ impl Protocol for Route {
             self.stats.resent += 1;
             self.transmit(now, key, out);
         }
-    }
-
-    fn on_wake(&mut self, now: Time, out: &mut Outbox<RouteMsg>) {
-        self.drain_mailbox(now, out);
     }
 }
 

@@ -6,13 +6,11 @@
 
 use super::timed::{Net, TimedConfig, TimedWorld};
 use crate::proto::route::{Route, RouteConfig, RouteEvent, RouteRequest};
-use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::topology::bmg;
 use crate::{NodeId, Rank};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,17 +133,13 @@ pub fn other_than(me: u32, live: &[u32], rng: &mut SimRng) -> u32 {
 }
 
 /// The routers of `cfg.nodes` processes (rank `i` is `NodeId(i)`) in a timed world, not
-/// started, and each one's mailbox.
-fn routers(cfg: &RouteSimConfig) -> (TimedWorld<Route>, Vec<Sender<RouteRequest>>) {
+/// started.
+fn routers(cfg: &RouteSimConfig) -> TimedWorld<Route> {
     let ring: Arc<[NodeId]> = (0..cfg.nodes as u64).map(NodeId).collect();
-    let (mail, nodes): (Vec<_>, Vec<_>) = (0..cfg.nodes)
-        .map(|r| {
-            let (tx, rx) = channel();
-            let route = Route::new(Rank(r), ring.clone(), cfg.route).with_mailbox(rx);
-            (tx, route)
-        })
-        .unzip();
-    let w = TimedWorld::new(
+    let nodes = (0..cfg.nodes)
+        .map(|r| Route::new(Rank(r), ring.clone(), cfg.route))
+        .collect();
+    TimedWorld::new(
         nodes,
         TimedConfig {
             net: Net::Constant { l: cfg.l },
@@ -153,8 +147,7 @@ fn routers(cfg: &RouteSimConfig) -> (TimedWorld<Route>, Vec<Sender<RouteRequest>
             send: Duration::ZERO,
             detect: cfg.detect,
         },
-    );
-    (w, mail)
+    )
 }
 
 /// Run it.
@@ -163,7 +156,7 @@ pub fn run(cfg: &RouteSimConfig) -> RouteRun {
     let mut rng = SimRng::new(cfg.seed);
     let dead = pick_dead(n, cfg.dead, &mut rng);
     let live: Vec<u32> = (0..n).filter(|r| !dead.contains(r)).collect();
-    let (mut w, mail) = routers(cfg);
+    let mut w = routers(cfg);
     for &d in &dead {
         w.kill(d);
     }
@@ -173,20 +166,26 @@ pub fn run(cfg: &RouteSimConfig) -> RouteRun {
         for j in 0..cfg.per_node {
             let to = other_than(r, &live, &mut rng);
             let tag = (r as u64) << 32 | j as u64;
-            let _ = mail[r as usize].send(RouteRequest::Send {
-                to: Rank(to),
-                tag,
-                data: tag.to_le_bytes().to_vec().into(),
-            });
+            w.request_at(
+                0,
+                r,
+                RouteRequest::Send {
+                    to: Rank(to),
+                    tag,
+                    data: tag.to_le_bytes().to_vec().into(),
+                },
+            );
             sent += 1;
         }
-        w.wake_at(0, r);
     }
     let origin = live[0];
-    let _ = mail[origin as usize].send(RouteRequest::Broadcast {
-        data: b"all".to_vec().into(),
-    });
-    w.wake_at(0, origin);
+    w.request_at(
+        0,
+        origin,
+        RouteRequest::Broadcast {
+            data: b"all".to_vec().into(),
+        },
+    );
     let mut run = RouteRun {
         nodes: n,
         dead: dead.len() as u32,
@@ -201,7 +200,6 @@ pub fn run(cfg: &RouteSimConfig) -> RouteRun {
     let mut last = 0u64;
     while w.step().is_some() {
         for (at, t, e) in w.take_reports() {
-            let Event::Route(e) = e else { continue };
             match e {
                 RouteEvent::Received { tag, .. } => {
                     *seen.entry((tag, at)).or_insert(0) += 1;
@@ -278,7 +276,7 @@ mod tests {
                 seed,
                 ..Default::default()
             };
-            let (mut w, mail) = routers(&cfg);
+            let mut w = routers(&cfg);
             let mut rng = SimRng::new(seed);
             let all: Vec<u32> = (0..cfg.nodes).collect();
             w.start();
@@ -289,13 +287,16 @@ mod tests {
                     let tag = (r as u64) << 32 | j;
                     dst.insert(tag, to);
                     let data = tag.to_le_bytes().to_vec().into();
-                    let _ = mail[r as usize].send(RouteRequest::Send {
-                        to: Rank(to),
-                        tag,
-                        data,
-                    });
+                    w.request_at(
+                        0,
+                        r,
+                        RouteRequest::Send {
+                            to: Rank(to),
+                            tag,
+                            data,
+                        },
+                    );
                 }
-                w.wake_at(0, r);
             }
             let victims = pick_dead(cfg.nodes, 16, &mut rng);
             for &v in &victims {
@@ -305,13 +306,13 @@ mod tests {
             while w.step().is_some() {
                 for (at, _, e) in w.take_reports() {
                     match e {
-                        Event::Route(RouteEvent::Delivered { tag, .. }) => {
+                        RouteEvent::Delivered { tag, .. } => {
                             answers.entry(tag).or_insert_with(Vec::new).push(true);
                         }
-                        Event::Route(RouteEvent::Failed { tag, .. }) => {
+                        RouteEvent::Failed { tag, .. } => {
                             answers.entry(tag).or_insert_with(Vec::new).push(false);
                         }
-                        Event::Route(RouteEvent::Received { tag, .. }) => {
+                        RouteEvent::Received { tag, .. } => {
                             *received.entry((at, tag)).or_insert(0) += 1;
                         }
                         _ => {}
@@ -344,16 +345,8 @@ mod tests {
     fn a_message_to_a_dead_rank_fails() {
         let n = 32u32;
         let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
-        let (tx, rx) = channel();
-        let mut rx = Some(rx);
         let nodes: Vec<Route> = (0..n)
-            .map(|r| {
-                let route = Route::new(Rank(r), ring.clone(), RouteConfig::default());
-                match rx.take() {
-                    Some(rx) => route.with_mailbox(rx),
-                    None => route,
-                }
-            })
+            .map(|r| Route::new(Rank(r), ring.clone(), RouteConfig::default()))
             .collect();
         let mut w = TimedWorld::new(
             nodes,
@@ -368,12 +361,15 @@ mod tests {
         );
         w.kill(21);
         w.start();
-        let _ = tx.send(RouteRequest::Send {
-            to: Rank(21),
-            tag: 7,
-            data: vec![1].into(),
-        });
-        w.wake_at(0, 0);
+        w.request_at(
+            0,
+            0,
+            RouteRequest::Send {
+                to: Rank(21),
+                tag: 7,
+                data: vec![1].into(),
+            },
+        );
         let mut events = Vec::new();
         while w.step().is_some() {
             events.extend(w.take_reports());
@@ -381,13 +377,13 @@ mod tests {
         let failed: Vec<_> = events
             .iter()
             .filter_map(|(at, _, e)| match e {
-                Event::Route(RouteEvent::Failed { to, tag, .. }) => Some((*at, *to, *tag)),
+                RouteEvent::Failed { to, tag, .. } => Some((*at, *to, *tag)),
                 _ => None,
             })
             .collect();
         assert_eq!(failed, vec![(0, NodeId(21), 7)], "{events:?}");
         assert!(!events
             .iter()
-            .any(|(_, _, e)| matches!(e, Event::Route(RouteEvent::Delivered { .. }))));
+            .any(|(_, _, e)| matches!(e, RouteEvent::Delivered { .. })));
     }
 }

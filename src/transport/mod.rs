@@ -12,6 +12,7 @@
 //! }).unwrap();
 //! ```
 
+pub mod handle;
 pub mod process;
 pub mod route;
 pub mod storage;
@@ -318,6 +319,9 @@ pub struct NodeSpec {
 /// Builds a node's protocol on the reactor thread that will run it.
 type Build<P> = Box<dyn FnOnce() -> P + Send>;
 
+/// A started reactor and the handles of the nodes it hosts.
+type Reactor<P> = (ReactorThread<<P as Protocol>::Request>, Vec<NodeHandle<P>>);
+
 /// Start a reactor thread hosting `nodes`; returns it and each node's handle.
 ///
 /// Each protocol is built on the reactor thread itself, so its memory comes from that thread's
@@ -336,7 +340,7 @@ fn start_reactor<P>(
     local: Option<Port<P::Msg>>,
     shm: bool,
     shm_bound: &mut HashMap<NodeId, std::io::Result<UnixListener>>,
-) -> Result<(ReactorThread<P::Request>, Vec<NodeHandle<P>>), EngineError>
+) -> Result<Reactor<P>, EngineError>
 where
     P: Protocol + Send + 'static,
     P::Msg: Framed,

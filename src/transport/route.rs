@@ -9,29 +9,25 @@
 //! let job = RouteNode::on_loopback(16, &Default::default(), Default::default())?;
 //! let tag = job[3].send_to(Rank(12), b"hello".to_vec());
 //! // Rank 12 gets a `Received`; rank 3 a `Delivered` (or a `Failed`) with the same tag.
-//! while let Some(e) = job[3].next_event(Duration::from_secs(5)) {
-//!     if let RouteEvent::Delivered { tag: t, there, .. } = e { assert_eq!(t, tag); break; }
-//! }
+//! let done = job[3].next_route_event(Duration::from_secs(5), |aside| eprintln!("{aside:?}"));
+//! assert!(matches!(done, Ok(RouteEvent::Delivered { tag: t, .. }) if t == tag));
 //! # Ok::<(), weft::engine::EngineError>(())
 //! ```
 
-use super::{loopback_specs, spawn, NodeHandle, NodeOptions, NodeSpec};
+use super::handle::{Handle, Silence};
+use super::{loopback_specs, NodeOptions, NodeSpec};
 use crate::buf::Payload;
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::proto::route::{Route, RouteConfig, RouteEvent, RouteRequest};
-use crate::proto::Event;
 use crate::{NodeId, Rank};
 use std::cell::Cell;
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A routing node and its application's handle on it.
 pub struct RouteNode {
-    node: NodeHandle<Route>,
-    requests: Sender<RouteRequest>,
-    events: Receiver<(NodeId, NodeEvent)>,
+    node: Handle<Route>,
     next_tag: Cell<u64>,
 }
 
@@ -53,14 +49,9 @@ impl RouteNode {
                 spec.id
             )));
         }
-        let (requests, mailbox) = channel();
-        let (tx, events) = channel();
-        let proto = Route::new(rank, ring, cfg).with_mailbox(mailbox);
-        let node = spawn(spec, opts, proto, tx)?;
+        let node = Handle::spawn(spec, opts, Route::new(rank, ring, cfg))?;
         Ok(Self {
             node,
-            requests,
-            events,
             next_tag: Cell::new(0),
         })
     }
@@ -81,12 +72,7 @@ impl RouteNode {
 
     /// This node's id.
     pub fn id(&self) -> NodeId {
-        self.node.id
-    }
-
-    fn ask(&self, r: RouteRequest) {
-        let _ = self.requests.send(r);
-        self.node.wake();
+        self.node.id()
     }
 
     /// Send `data` to the process at `rank`; returns the tag its `Delivered` or `Failed`
@@ -94,7 +80,7 @@ impl RouteNode {
     pub fn send_to(&self, rank: Rank, data: impl Into<Payload>) -> u64 {
         let tag = self.next_tag.get();
         self.next_tag.set(tag + 1);
-        self.ask(RouteRequest::Send {
+        self.node.request(RouteRequest::Send {
             to: rank,
             tag,
             data: data.into(),
@@ -104,29 +90,33 @@ impl RouteNode {
 
     /// Broadcast `data` to every live process (this one delivers it too).
     pub fn broadcast(&self, data: impl Into<Payload>) {
-        self.ask(RouteRequest::Broadcast { data: data.into() });
+        self.node
+            .request(RouteRequest::Broadcast { data: data.into() });
     }
 
     /// The membership view changed: routes avoid processes outside `live`.
     pub fn view(&self, live: Vec<NodeId>) {
-        self.ask(RouteRequest::View(live));
+        self.node.request(RouteRequest::View(live));
     }
 
-    /// The next routing event, or `None` after `timeout` (or once the node is gone).
-    pub fn next_event(&self, timeout: Duration) -> Option<RouteEvent> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok((_, NodeEvent::Protocol(Event::Route(e)))) => return Some(e),
-                Ok(_) => {}
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
-            }
-        }
+    /// The next event: routing news, or the transport's (a peer suspected, a connection
+    /// refused); [`Silence`] says whether the time ran out or the node is gone.
+    pub fn next_event(&self, timeout: Duration) -> Result<NodeEvent<RouteEvent>, Silence> {
+        self.node.next_event(timeout)
+    }
+
+    /// The next routing event within `timeout`; the transport's news on the way goes to
+    /// `aside`.
+    pub fn next_route_event(
+        &self,
+        timeout: Duration,
+        aside: impl FnMut(NodeEvent<RouteEvent>),
+    ) -> Result<RouteEvent, Silence> {
+        self.node.wait_for(timeout, Some, aside)
     }
 
     /// Stop the node (its peers see it fail); its router's final state.
-    pub fn stop(mut self) -> Result<Route, EngineError> {
+    pub fn stop(self) -> Result<Route, EngineError> {
         self.node.stop()
     }
 }
