@@ -11,15 +11,12 @@ use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::ida::{Dispersal, Mode};
 use crate::proto::storage::StorageEvent;
-use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::storage::placement::{n_0, Placement};
 use crate::storage::{Request, Scheme, Storage, StorageConfig};
 use crate::transport::{Cluster, NodeOptions};
 use crate::NodeId;
 use bytes::Bytes;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -177,27 +174,15 @@ fn trial(
     victims: &[NodeId],
 ) -> Result<Trial, EngineError> {
     let n = cfg.nodes;
-    let (senders, receivers): (Vec<Sender<Request>>, Vec<Receiver<Request>>) =
-        (0..n).map(|_| channel()).unzip();
-    let mailboxes: Mutex<Vec<Option<Receiver<Request>>>> =
-        Mutex::new(receivers.into_iter().map(Some).collect());
     let storage = StorageConfig {
         scheme,
         seed: cfg.seed,
         ..StorageConfig::default()
     };
     let cluster = Cluster::start(n, cfg.opts.clone(), move |i, ids| {
-        let mailbox = mailboxes.lock().ok().and_then(|mut m| m[i].take());
-        let s = Storage::new(ids[i], ids, storage.clone());
-        match mailbox {
-            Some(m) => s.with_mailbox(m),
-            None => s,
-        }
+        Storage::new(ids[i], ids, storage.clone())
     })?;
-    let ask = |i: usize, r: Request| {
-        let _ = senders[i].send(r);
-        cluster.nodes[i].wake();
-    };
+    let ask = |i: usize, r: Request| cluster.nodes[i].request(r);
     for (i, data) in states.iter().enumerate() {
         ask(
             i,
@@ -232,11 +217,10 @@ fn trial(
             .map(|k| (v.0 as usize + k) % n)
             .find(|x| !victims.contains(&NodeId(*x as u64)))
             .unwrap_or(0);
-        let _ = senders[at].send(Request::Recover {
+        cluster.nodes[at].request(Request::Recover {
             vid: v.0,
             version: Some(3),
         });
-        cluster.nodes[at].wake();
     }
     let answers = wait(&cluster, victims.len(), cfg.timeout, |e| {
         matches!(
@@ -267,7 +251,7 @@ fn trial(
 }
 
 /// Wait for `count` storage events that `want` accepts; a rejected request is an error.
-fn wait<P: crate::proto::Protocol<Event = Event>>(
+fn wait<P: crate::proto::Protocol<Event = StorageEvent>>(
     cluster: &Cluster<P>,
     count: usize,
     timeout: Duration,
@@ -284,12 +268,12 @@ fn wait<P: crate::proto::Protocol<Event = Event>>(
             ))
         })?;
         match ev {
-            NodeEvent::Protocol(Event::Storage(StorageEvent::Rejected { why })) => {
+            NodeEvent::Protocol(StorageEvent::Rejected { why }) => {
                 return Err(EngineError::Config(format!(
                     "storage refused a request: {why}"
                 )))
             }
-            NodeEvent::Protocol(Event::Storage(e)) if want(&e) => got.push(e),
+            NodeEvent::Protocol(e) if want(&e) => got.push(e),
             _ => {}
         }
     }

@@ -263,15 +263,14 @@ impl BspNode {
     fn store(
         &mut self,
         out: &mut Outbox<BspMsg>,
-        f: impl FnOnce(&mut Storage, &mut Outbox<StoreMsg>),
+        f: impl FnOnce(&mut Storage, &mut Outbox<StoreMsg, StorageEvent>),
     ) {
         let mut o = Outbox::new();
         f(&mut self.storage, &mut o);
         for a in o.drain() {
             match a {
                 Action::Send { to, msg } => out.send(to, msg),
-                Action::Report(Event::Storage(e)) => self.storage_events.push_back(e),
-                Action::Report(e) => out.report(e),
+                Action::Report(e) => self.storage_events.push_back(e),
                 Action::SetTimer { timer, after } => out.set_timer(timer, after),
                 Action::CancelTimer(t) => out.cancel_timer(t),
             }

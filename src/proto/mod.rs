@@ -83,8 +83,6 @@ pub enum Event {
     Order(broadcast::OrderEvent),
     /// BSPAGREEMENT news: the initial value, the agreed one.
     Agreement(agreement::AgreementEvent),
-    /// Neighborhood storage news: checkpoints kept, states recovered.
-    Storage(storage::StorageEvent),
     /// Robust-BSP news: supersteps, rollbacks, the result.
     Bsp(bsp::BspEvent),
     /// A protocol's message counters and whether it is quiet, when its driver wakes it to

@@ -533,8 +533,8 @@ impl<P: Protocol> TimedWorld<P> {
         self.push(t, Ev::Start { node: i });
     }
 
-    /// At time `t`, process `i` looks at the mailbox its application fills
-    /// ([`Protocol::on_wake`]), as after `NodeHandle::wake` on the engine.
+    /// At time `t`, process `i` is woken ([`Protocol::on_wake`]), as after `NodeHandle::wake`
+    /// on the engine.
     pub fn wake_at(&mut self, t: u64, i: u32) {
         self.push(t, Ev::Wake { node: i });
     }

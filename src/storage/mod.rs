@@ -4,7 +4,7 @@
 //! after failures and with fewer processes than before.
 //!
 //! What a runtime calls (in the manner of FTI and VeloC), through [`Request`]s that the node's
-//! [`Storage`] protocol takes from its mailbox:
+//! [`Storage`] protocol takes as its [`crate::proto::Protocol::Request`]s:
 //! - `Protect { vid, data }`: this state is to be kept under virtual id `vid`;
 //! - `Checkpoint { version }`: disperse every protected state; `StorageEvent::Checkpointed`
 //!   once every holder has its piece;

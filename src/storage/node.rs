@@ -2,9 +2,9 @@
 //! (keeps other processes' pieces, within a quota) and recoverer (INFORMATIONGATHERING: asks
 //! holders for pieces, skips damaged or missing ones, rebuilds and checks).
 //!
-//! Sans-IO: the application's requests come through [`Storage::request`] (the engine calls it
-//! from `on_wake` for the requests left in the mailbox), answers go out as
-//! [`StorageEvent`]s.
+//! Sans-IO: the application's requests come in through [`Protocol::on_request`] (or
+//! [`Storage::request`], for a protocol that nests this one), answers go out as
+//! [`StorageEvent`]s, this protocol's own event type.
 
 use super::crc::Shift;
 use super::placement::Placement;
@@ -12,11 +12,10 @@ use super::{xor, Scheme};
 use crate::buf::Payload;
 use crate::ida::{Dispersal, Mode};
 use crate::proto::storage::{PieceKey, PieceMeta, StorageEvent, StoreMsg};
-use crate::proto::{Event, Outbox, Protocol, Time, TimerId};
+use crate::proto::{Outbox, Protocol, Time, TimerId};
 use crate::NodeId;
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 /// What the application asks of its node's storage.
@@ -171,7 +170,6 @@ pub struct Storage {
     me: NodeId,
     view: Vec<NodeId>,
     cfg: StorageConfig,
-    mailbox: Option<Receiver<Request>>,
     protected: BTreeMap<u64, Bytes>,
     snapshots: BTreeMap<u64, Snapshot>,
     dispersing: Option<Dispersing>,
@@ -209,7 +207,6 @@ impl Storage {
             me,
             view,
             cfg,
-            mailbox: None,
             protected: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             dispersing: None,
@@ -231,19 +228,13 @@ impl Storage {
         }
     }
 
-    /// With a mailbox the application fills (then wakes the node: `NodeHandle::wake`).
-    pub fn with_mailbox(mut self, mailbox: Receiver<Request>) -> Self {
-        self.mailbox = Some(mailbox);
-        self
-    }
-
     /// Bytes of pieces and parities held (this process's own pieces included).
     pub fn held_bytes(&self) -> u64 {
         self.held_bytes
     }
 
     /// Carry out one request.
-    pub fn request(&mut self, req: Request, out: &mut Outbox<StoreMsg>) {
+    pub fn request(&mut self, req: Request, out: &mut Outbox<StoreMsg, StorageEvent>) {
         match req {
             Request::Protect { vid, data } => {
                 self.protected.insert(vid, data);
@@ -293,7 +284,12 @@ impl Storage {
     // ---- owner --------------------------------------------------------------------------
 
     /// Disperse the protected states as `version`: a SafeState with `replicas` when given.
-    fn checkpoint(&mut self, version: u64, replicas: Option<usize>, out: &mut Outbox<StoreMsg>) {
+    fn checkpoint(
+        &mut self,
+        version: u64,
+        replicas: Option<usize>,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
+    ) {
         if let Some(d) = &self.dispersing {
             return reject(out, format!("checkpoint {} is still dispersing", d.version));
         }
@@ -482,17 +478,17 @@ impl Storage {
     }
 
     /// Report the checkpoint once nothing is waiting.
-    fn dispersed(&mut self, out: &mut Outbox<StoreMsg>) {
+    fn dispersed(&mut self, out: &mut Outbox<StoreMsg, StorageEvent>) {
         if let Some(d) = self.dispersing.take_if(|d| d.left == 0) {
-            out.report(Event::Storage(StorageEvent::Checkpointed {
+            out.report(StorageEvent::Checkpointed {
                 version: d.version,
                 pieces: d.pieces,
                 lost: d.lost,
-            }));
+            });
         }
     }
 
-    fn confirmed(&mut self, from: NodeId, kept: bool, out: &mut Outbox<StoreMsg>) {
+    fn confirmed(&mut self, from: NodeId, kept: bool, out: &mut Outbox<StoreMsg, StorageEvent>) {
         if let Some(d) = &mut self.dispersing {
             if let Some(w) = d.waiting.get_mut(&from).filter(|w| **w > 0) {
                 *w -= 1;
@@ -594,9 +590,9 @@ impl Storage {
         true
     }
 
-    fn drop_from(&mut self, from: NodeId, out: &mut Outbox<StoreMsg>) {
+    fn drop_from(&mut self, from: NodeId, out: &mut Outbox<StoreMsg, StorageEvent>) {
         if self.reported_drops.insert(from) {
-            out.report(Event::Storage(StorageEvent::Dropped { from }));
+            out.report(StorageEvent::Dropped { from });
         }
     }
 
@@ -606,7 +602,7 @@ impl Storage {
         key: PieceKey,
         meta: PieceMeta,
         body: Payload,
-        out: &mut Outbox<StoreMsg>,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
     ) {
         let len = body.len() as u64;
         let known = self.view.binary_search(&from).is_ok();
@@ -639,7 +635,7 @@ impl Storage {
         out.send(from, StoreMsg::Stored { key });
     }
 
-    fn get(&mut self, from: NodeId, key: PieceKey, out: &mut Outbox<StoreMsg>) {
+    fn get(&mut self, from: NodeId, key: PieceKey, out: &mut Outbox<StoreMsg, StorageEvent>) {
         if self.view.binary_search(&from).is_err() {
             return self.drop_from(from, out);
         }
@@ -663,7 +659,7 @@ impl Storage {
         mut chain: Vec<u64>,
         to: u64,
         body: Payload,
-        out: &mut Outbox<StoreMsg>,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
     ) {
         let lost_key = PieceKey { slot: 0, ..key };
         let (Some(meta), Some(snap)) = (
@@ -730,7 +726,7 @@ impl Storage {
     }
 
     /// A fold cannot go on: its requester learns that the stripe is lost.
-    fn fold_broken(&mut self, key: PieceKey, to: u64, out: &mut Outbox<StoreMsg>) {
+    fn fold_broken(&mut self, key: PieceKey, to: u64, out: &mut Outbox<StoreMsg, StorageEvent>) {
         if to == self.me.0 {
             self.lost_piece(self.me, key, out);
         } else {
@@ -740,7 +736,7 @@ impl Storage {
 
     // ---- recoverer ----------------------------------------------------------------------
 
-    fn recover(&mut self, vid: u64, version: u64, out: &mut Outbox<StoreMsg>) {
+    fn recover(&mut self, vid: u64, version: u64, out: &mut Outbox<StoreMsg, StorageEvent>) {
         let Some(snap) = self.snapshots.get(&version) else {
             return reject(out, format!("this process took no checkpoint {version}"));
         };
@@ -801,7 +797,7 @@ impl Storage {
 
     /// Ask for more pieces of stripe `s` until `m` are asked or got; fail the recovery when
     /// no holder is left.
-    fn ask(&mut self, vid: u64, version: u64, s: usize, out: &mut Outbox<StoreMsg>) {
+    fn ask(&mut self, vid: u64, version: u64, s: usize, out: &mut Outbox<StoreMsg, StorageEvent>) {
         let me = self.me;
         let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
             return;
@@ -891,7 +887,7 @@ impl Storage {
         from: NodeId,
         key: PieceKey,
         piece: Option<(PieceMeta, Payload)>,
-        out: &mut Outbox<StoreMsg>,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
     ) {
         let (vid, version, s) = (key.vid, key.version, key.stripe as usize);
         let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
@@ -921,7 +917,13 @@ impl Storage {
     }
 
     /// The state's length is known: make room and ask for every other stripe.
-    fn sized(&mut self, vid: u64, version: u64, len: u64, out: &mut Outbox<StoreMsg>) {
+    fn sized(
+        &mut self,
+        vid: u64,
+        version: u64,
+        len: u64,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
+    ) {
         let stripes = self.stripes(len as usize);
         let Some(r) = self.recoveries.get_mut(&(vid, version)) else {
             return;
@@ -943,7 +945,13 @@ impl Storage {
     }
 
     /// Rebuild stripe `s` once `m` pieces are in, or ask for more.
-    fn progress(&mut self, vid: u64, version: u64, s: usize, out: &mut Outbox<StoreMsg>) {
+    fn progress(
+        &mut self,
+        vid: u64,
+        version: u64,
+        s: usize,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
+    ) {
         // The coding, from the cache: made here, per stripe, it would invert its matrix anew.
         let codec = match self.recoveries.get(&(vid, version)) {
             Some(r) if r.placement.scheme == Scheme::Ida => match r.stripes[s].meta {
@@ -997,11 +1005,11 @@ impl Storage {
         r.left -= 1;
         if r.left == 0 {
             if let Some(r) = self.recoveries.remove(&(vid, version)) {
-                out.report(Event::Storage(StorageEvent::Recovered {
+                out.report(StorageEvent::Recovered {
                     vid,
                     version,
                     data: r.out.freeze(),
-                }));
+                });
             }
         }
     }
@@ -1011,7 +1019,7 @@ impl Storage {
         key: PieceKey,
         meta: PieceMeta,
         body: Payload,
-        out: &mut Outbox<StoreMsg>,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
     ) {
         let meta = PieceMeta {
             crc32c: crc32c::crc32c(&body),
@@ -1029,7 +1037,12 @@ impl Storage {
     }
 
     /// A holder answered that it has nothing, or went away: ask the next one.
-    fn lost_piece(&mut self, from: NodeId, key: PieceKey, out: &mut Outbox<StoreMsg>) {
+    fn lost_piece(
+        &mut self,
+        from: NodeId,
+        key: PieceKey,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
+    ) {
         if self.recovering_xor(key) {
             self.recoveries.remove(&(key.vid, key.version));
             let why = format!("stripe {}: {from:?} cannot fold its share", key.stripe);
@@ -1087,26 +1100,28 @@ fn stripe_crc(
     crc
 }
 
-fn reject(out: &mut Outbox<StoreMsg>, why: String) {
-    out.report(Event::Storage(StorageEvent::Rejected { why }));
+fn reject(out: &mut Outbox<StoreMsg, StorageEvent>, why: String) {
+    out.report(StorageEvent::Rejected { why });
 }
 
-fn unrecoverable(out: &mut Outbox<StoreMsg>, vid: u64, version: u64, why: String) {
-    out.report(Event::Storage(StorageEvent::Unrecoverable {
-        vid,
-        version,
-        why,
-    }));
+fn unrecoverable(out: &mut Outbox<StoreMsg, StorageEvent>, vid: u64, version: u64, why: String) {
+    out.report(StorageEvent::Unrecoverable { vid, version, why });
 }
 
 impl Protocol for Storage {
     type Msg = StoreMsg;
-    type Event = crate::proto::Event;
-    type Request = crate::proto::NoRequest;
+    type Event = StorageEvent;
+    type Request = Request;
 
-    fn on_start(&mut self, _now: Time, _out: &mut Outbox<StoreMsg>) {}
+    fn on_start(&mut self, _now: Time, _out: &mut Outbox<StoreMsg, StorageEvent>) {}
 
-    fn on_message(&mut self, _now: Time, from: NodeId, msg: StoreMsg, out: &mut Outbox<StoreMsg>) {
+    fn on_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: StoreMsg,
+        out: &mut Outbox<StoreMsg, StorageEvent>,
+    ) {
         match msg {
             StoreMsg::Put { key, meta, body } => self.put(from, key, meta, body, out),
             StoreMsg::Stored { .. } => self.confirmed(from, true, out),
@@ -1139,9 +1154,10 @@ impl Protocol for Storage {
         self.version_counter += 1;
     }
 
-    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<StoreMsg>) {}
+    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<StoreMsg, StorageEvent>) {
+    }
 
-    fn on_suspect(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<StoreMsg>) {
+    fn on_suspect(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<StoreMsg, StorageEvent>) {
         // Not only the first time: a piece asked of a peer already suspected (a dial refused
         // again) must be asked elsewhere too.
         self.suspected.insert(peer);
@@ -1197,14 +1213,8 @@ impl Protocol for Storage {
         self.version_counter += 1;
     }
 
-    fn on_wake(&mut self, _now: Time, out: &mut Outbox<StoreMsg>) {
-        let Some(mailbox) = self.mailbox.take() else {
-            return;
-        };
-        while let Ok(req) = mailbox.try_recv() {
-            self.request(req, out);
-        }
-        self.mailbox = Some(mailbox);
+    fn on_request(&mut self, _now: Time, req: Request, out: &mut Outbox<StoreMsg, StorageEvent>) {
+        self.request(req, out);
     }
 
     fn state_version(&self) -> u64 {

@@ -25,11 +25,11 @@ impl Net {
         }
     }
 
-    fn apply(&mut self, from: NodeId, mut out: Outbox<StoreMsg>) {
+    fn apply(&mut self, from: NodeId, mut out: Outbox<StoreMsg, StorageEvent>) {
         for a in out.drain() {
             match a {
                 Action::Send { to, msg } => self.queue.push_back((from, to, msg)),
-                Action::Report(Event::Storage(e)) => self.events.push((from, e)),
+                Action::Report(e) => self.events.push((from, e)),
                 _ => {}
             }
         }
@@ -435,12 +435,9 @@ fn a_discarded_dispersal_makes_way_for_the_next_checkpoint_and_frees_its_pieces(
         "version 0 forgotten"
     );
     s.request(Request::Checkpoint { version: 7 }, &mut out);
-    let refused = out.drain().any(|a| {
-        matches!(
-            a,
-            Action::Report(Event::Storage(StorageEvent::Rejected { .. }))
-        )
-    });
+    let refused = out
+        .drain()
+        .any(|a| matches!(a, Action::Report(StorageEvent::Rejected { .. })));
     assert!(!refused);
 }
 

@@ -13,16 +13,14 @@
 //! # Ok::<(), weft::transport::storage::StoreError>(())
 //! ```
 
-use super::{spawn, NodeHandle, NodeOptions, NodeSpec};
-use crate::engine::reactor::NodeEvent;
+use super::handle::{Handle, Silence};
+use super::{NodeOptions, NodeSpec};
 use crate::engine::EngineError;
 use crate::proto::storage::StorageEvent;
-use crate::proto::Event;
 use crate::storage::{Request, Storage, StorageConfig};
 use crate::NodeId;
 use bytes::Bytes;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Why a storage call failed. Never wrong data: a state that cannot be rebuilt exactly is one
 /// of these.
@@ -60,9 +58,7 @@ pub struct Checkpointed {
 
 /// A storage node and its application's handle on it. Calls block until the node answers.
 pub struct Checkpointer {
-    node: NodeHandle<Storage>,
-    requests: Sender<Request>,
-    events: Receiver<(NodeId, NodeEvent)>,
+    node: Handle<Storage>,
     /// Longest wait for an answer (default 60 s).
     pub timeout: Duration,
 }
@@ -77,26 +73,20 @@ impl Checkpointer {
     ) -> Result<Self, StoreError> {
         let mut view: Vec<NodeId> = spec.peers.keys().copied().collect();
         view.push(spec.id);
-        let (requests, mailbox) = channel();
-        let (tx, events) = channel();
-        let proto = Storage::new(spec.id, &view, cfg).with_mailbox(mailbox);
-        let node = spawn(spec, opts, proto, tx)?;
+        let proto = Storage::new(spec.id, &view, cfg);
         Ok(Self {
-            node,
-            requests,
-            events,
+            node: Handle::spawn(spec, opts, proto)?,
             timeout: Duration::from_secs(60),
         })
     }
 
     /// This node's id.
     pub fn id(&self) -> NodeId {
-        self.node.id
+        self.node.id()
     }
 
     fn ask(&self, r: Request) {
-        let _ = self.requests.send(r);
-        self.node.wake();
+        self.node.request(r);
     }
 
     /// Keep `data` under virtual id `vid` from the next checkpoint on.
@@ -145,23 +135,18 @@ impl Checkpointer {
         &self,
         pick: impl Fn(StorageEvent) -> Option<Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ev = match self.events.recv_timeout(left) {
-                Ok((_, NodeEvent::Protocol(Event::Storage(e)))) => e,
-                Ok(_) => continue,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(StoreError::Timeout(self.timeout))
-                }
-                Err(_) => return Err(EngineError::Gone.into()),
-            };
-            if let StorageEvent::Rejected { why } = ev {
-                return Err(StoreError::Rejected(why));
-            }
-            if let Some(r) = pick(ev) {
-                return r;
-            }
+        let got = self.node.wait_for(
+            self.timeout,
+            |ev| match ev {
+                StorageEvent::Rejected { why } => Some(Err(StoreError::Rejected(why))),
+                ev => pick(ev),
+            },
+            |_| {}, // a suspected holder is the protocol's to work around
+        );
+        match got {
+            Ok(r) => r,
+            Err(Silence::Timeout(t)) => Err(StoreError::Timeout(t)),
+            Err(Silence::Gone) => Err(EngineError::Gone.into()),
         }
     }
 
@@ -179,7 +164,7 @@ impl Checkpointer {
     }
 
     /// Stop the node (its peers see it fail).
-    pub fn stop(mut self) -> Result<(), StoreError> {
+    pub fn stop(self) -> Result<(), StoreError> {
         self.node.stop()?;
         Ok(())
     }
