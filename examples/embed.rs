@@ -1,24 +1,22 @@
-//! Embedding weft as a transport: your own messages and your own sans-IO protocol, run by the
-//! engine over authenticated loopback connections.
+//! Embedding weft as a transport: your own messages, requests and events, and your own sans-IO
+//! protocol, run by the engine over authenticated connections.
 //!
-//! `cargo run --release --example embed` starts four nodes in this process (one reactor
-//! thread per core, each hosting several nodes), has each greet every other with its rank and
-//! a payload, and prints what each heard. The same protocol runs unchanged on nodes of
-//! different processes or hosts (`weft::transport::spawn` with a `NodeSpec` naming the peers'
-//! addresses) and in the simulator (`weft::sim`), since it never touches a socket or a clock.
+//! `cargo run --release --example embed` starts four nodes in this process. The application
+//! asks each node to greet every other (a request, handed to the protocol in order); each
+//! greeting heard comes back to the application as an event of this protocol's own type, with
+//! the sender and the note. The same protocol runs unchanged on nodes of different processes or
+//! hosts ([`spawn`] with a [`NodeSpec`] naming the peers, then [`Handle`]) and in the simulator
+//! (`weft::sim`), since it never touches a socket or a clock.
 
 use rkyv::{Archive, Deserialize, Serialize};
-use weft::engine::reactor::NodeEvent;
-use weft::proto::message::{Message, Tag, APP_TAGS};
-use weft::proto::{Event, Outbox, Protocol, Time, TimerId};
-use weft::transport::{Cluster, NodeOptions};
-use weft::NodeId;
+use std::time::Duration;
+use weft::prelude::*;
 
 /// The messages of this application. Deriving the archive is all the wire needs: frames carry
-/// the archived bytes, and the receiver validates them and reads them where they lie.
+/// the archived bytes, and the receiver validates them before it reads them.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 enum Greeting {
-    Hello { rank: u32, note: Vec<u8> },
+    Hello { note: Vec<u8> },
 }
 
 impl Message for Greeting {
@@ -27,40 +25,61 @@ impl Message for Greeting {
     const NAME: &'static str = "greeting";
 }
 
-/// Greet every peer once; done when every peer has greeted back.
+/// What the application asks of its node.
+#[derive(Debug)]
+enum Ask {
+    /// Greet every peer with this note.
+    Greet(String),
+}
+
+/// What the node tells the application.
+#[derive(Debug, Clone, PartialEq)]
+enum News {
+    /// A peer's greeting.
+    Heard { from: NodeId, note: String },
+    /// Every peer has greeted this node.
+    Everyone,
+}
+
+/// Greets its peers when asked; tells the application of every greeting heard.
 struct Greeter {
     me: NodeId,
     peers: Vec<NodeId>,
-    heard: Vec<(NodeId, u32, usize)>,
+    heard: usize,
 }
 
 impl Protocol for Greeter {
     type Msg = Greeting;
-    type Event = weft::proto::Event;
-    type Request = weft::proto::NoRequest;
+    type Event = News;
+    type Request = Ask;
 
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<Greeting>) {
+    fn on_start(&mut self, _now: Time, _out: &mut Outbox<Greeting, News>) {}
+
+    fn on_request(&mut self, _now: Time, ask: Ask, out: &mut Outbox<Greeting, News>) {
+        let Ask::Greet(note) = ask;
         for &p in &self.peers {
-            let note = format!("hello from {} to {}", self.me, p).into_bytes();
-            out.send(
-                p,
-                Greeting::Hello {
-                    rank: self.me.0 as u32,
-                    note,
-                },
-            );
+            let note = format!("{note}, {p}, from {}", self.me).into_bytes();
+            out.send(p, Greeting::Hello { note });
         }
     }
 
-    fn on_message(&mut self, _now: Time, from: NodeId, msg: Greeting, out: &mut Outbox<Greeting>) {
-        let Greeting::Hello { rank, note } = msg;
-        self.heard.push((from, rank, note.len()));
-        if self.heard.len() == self.peers.len() {
-            out.report(Event::Done);
+    fn on_message(
+        &mut self,
+        _: Time,
+        from: NodeId,
+        msg: Greeting,
+        out: &mut Outbox<Greeting, News>,
+    ) {
+        let Greeting::Hello { note } = msg;
+        let note = String::from_utf8_lossy(&note).into_owned();
+        out.report(News::Heard { from, note });
+        self.heard += 1;
+        if self.heard == self.peers.len() {
+            out.report(News::Everyone);
         }
     }
 
-    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<Greeting>) {}
+    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<Greeting, News>) {}
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -69,25 +88,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cluster = Cluster::start(n, NodeOptions::default(), |i, ids| Greeter {
         me: ids[i],
         peers: ids.iter().copied().filter(|&p| p != ids[i]).collect(),
-        heard: Vec::new(),
+        heard: 0,
     })?;
-    let mut done = 0;
-    while done < n {
-        match cluster
-            .events
-            .recv_timeout(std::time::Duration::from_secs(10))?
-        {
-            (_, NodeEvent::Protocol(Event::Done)) => done += 1,
+    for node in &cluster.nodes {
+        node.request(Ask::Greet("hello".into()));
+    }
+    let (mut heard, mut everyone) = (0, 0);
+    while everyone < n {
+        match cluster.events.recv_timeout(Duration::from_secs(10))? {
+            (me, NodeEvent::Protocol(News::Heard { from, note })) => {
+                println!("{me} heard {from}: {note:?}");
+                heard += 1;
+            }
+            (_, NodeEvent::Protocol(News::Everyone)) => everyone += 1,
+            (who, NodeEvent::Suspect(peer)) => eprintln!("{who} suspects {peer}"),
             (who, NodeEvent::Refused(why)) => eprintln!("{who} refused a connection: {why}"),
             _ => {}
         }
     }
-    println!("backend: {}", cluster.backend_name());
-    for node in cluster.stop_all()? {
-        let mut heard = node.heard;
-        heard.sort();
-        println!("{} heard {:?}", node.me, heard);
-        assert_eq!(heard.len(), n - 1);
-    }
+    assert_eq!(heard, n * (n - 1), "every node heard every other once");
+    println!("backend: {}; {heard} greetings", cluster.backend_name());
+    cluster.shutdown()?;
     Ok(())
 }

@@ -75,3 +75,4 @@ pub mod transport;
 pub mod wire;
 
 pub use id::{ArchivedNodeId, ArchivedRank, NodeId, PackedId, Rank};
+pub use transport::prelude;

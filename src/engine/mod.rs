@@ -114,7 +114,7 @@ static FALLBACK_NOTICE: Once = Once::new();
 ///
 /// The probe's small ring can pass where a reactor's full-sized one is refused (a locked-memory
 /// limit that the probe fits in and every reactor's ring together does not): a reactor of an
-/// automatic choice then runs on poll ([`reactor::ReactorConfig::fallback`]).
+/// automatic choice then runs on poll (the reactor's `fallback`).
 pub fn choose_backend(requested: Option<Backend>) -> Result<Backend, EngineError> {
     match forced_backend(requested)? {
         Some(Backend::Uring) => match uring_unavailable() {

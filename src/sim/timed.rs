@@ -806,6 +806,9 @@ impl<P: Protocol> TimedWorld<P> {
                     self.suspect_at(at, from, node);
                 }
             }
+            if let Ev::Request { id, .. } = ev {
+                self.requests.remove(&id); // lost with its process
+            }
             return Some(None);
         }
         // A busy process handles the event when it is free.
@@ -891,6 +894,50 @@ impl<P: Protocol> TimedWorld<P> {
 mod tests {
     use super::*;
     use crate::proto::relay::Relay;
+
+    /// Reports each request it is handed, and sends it to process 0.
+    struct Asked;
+
+    impl Protocol for Asked {
+        type Msg = crate::proto::ping::PingMsg;
+        type Event = u32;
+        type Request = u32;
+        fn on_start(&mut self, _: Time, _: &mut Outbox<Self::Msg, u32>) {}
+        fn on_request(&mut self, _: Time, k: u32, out: &mut Outbox<Self::Msg, u32>) {
+            out.report(k);
+        }
+        fn on_message(&mut self, _: Time, _: NodeId, _: Self::Msg, _: &mut Outbox<Self::Msg, u32>) {
+        }
+        fn on_timer(&mut self, _: Time, _: TimerId, _: &mut Outbox<Self::Msg, u32>) {}
+    }
+
+    /// Requests reach the protocol in the order they were made, those made for one instant
+    /// too, as the engine hands them in; one for a dead process is lost with it, and its
+    /// request is not kept.
+    #[test]
+    fn requests_arrive_in_order_and_die_with_their_process() {
+        let cfg = TimedConfig {
+            net: Net::Constant {
+                l: Duration::from_micros(1),
+            },
+            ocp: Duration::from_nanos(100),
+            send: Duration::ZERO,
+            detect: Duration::ZERO,
+        };
+        let mut w = TimedWorld::new(vec![Asked, Asked], cfg);
+        w.start();
+        for k in 0..100 {
+            w.request_at(1_000, 0, k);
+        }
+        w.kill_at(500, 1);
+        w.request_at(1_000, 1, 999);
+        while w.step().is_some() {}
+        let reports = w.take_reports();
+        let got: Vec<u32> = reports.iter().map(|&(_, _, k)| k).collect();
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        assert!(reports.iter().all(|&(i, t, _)| i == 0 && t >= 1_000));
+        assert!(w.requests.is_empty(), "the dead process's request is kept");
+    }
 
     /// Processes that share a CPU queue behind each other's work: two relays on one core end
     /// later than on two, and by about the whole of the other's work.

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod handle;
+pub mod prelude;
 pub mod process;
 pub mod route;
 pub mod storage;
@@ -20,7 +21,8 @@ pub mod storage;
 use crate::engine::link::inproc::{self, Place, Port};
 use crate::engine::link::shm::Listener;
 pub use crate::engine::link::Transport;
-use crate::engine::reactor::{Command, HostSpec, NodeEvent, ReactorConfig, Started, WAKER};
+pub use crate::engine::reactor::NodeEvent;
+use crate::engine::reactor::{Command, HostSpec, ReactorConfig, Started, WAKER};
 use crate::engine::{choose_backend, Backend, EngineError};
 use crate::proto::Protocol;
 use crate::wire::handshake::Identity;
@@ -91,7 +93,7 @@ pub struct NodeHandle<P: Protocol> {
     /// Where it listens.
     pub addr: SocketAddr,
     /// The backend its reactor runs on: the one chosen, or poll where an automatic choice of
-    /// io_uring could not have a ring for this reactor (see [`ReactorConfig::fallback`]).
+    /// io_uring could not have a ring for this reactor (see the reactor's `fallback`).
     pub backend: Backend,
     commands: Sender<Command<P::Request>>,
     waker: Arc<Waker>,

@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 use strangers::Strangers;
 
 /// The token of the waker that interrupts a blocked poll for commands.
-pub const WAKER: Token = Token(0);
+pub(crate) const WAKER: Token = Token(0);
 /// The io_uring ring's eventfd, signalled when completions or completion work wait (lets a
 /// blocked reactor wake).
 const RING: Token = Token(1);
@@ -94,7 +94,7 @@ const SWEEP_ABOVE: usize = 64 * 1024;
 
 /// Orders from outside the reactor; `R` is its protocol's [`crate::proto::Protocol::Request`].
 #[derive(Debug)]
-pub enum Command<R> {
+pub(crate) enum Command<R> {
     /// Close every socket and return, handing every node's protocol back.
     Stop,
     /// Kill one hosted node: close its listener and connections (its peers see them drop, as
@@ -152,7 +152,7 @@ pub enum NodeEvent<E = crate::proto::Event> {
 
 /// Static settings of one reactor: the user's ([`ReactorOptions`]) and what the start chose.
 #[derive(Debug, Clone)]
-pub struct ReactorConfig {
+pub(crate) struct ReactorConfig {
     /// What the user set.
     pub options: ReactorOptions,
     /// Receive path: io_uring multishot receive, or epoll readiness + `recv`.
@@ -171,7 +171,7 @@ pub struct ReactorConfig {
 }
 
 /// A node to host.
-pub struct HostSpec<P> {
+pub(crate) struct HostSpec<P> {
     /// Who the node is in the job.
     pub identity: Identity,
     /// Known peers (the knowledge-network model: a node sends only to ids it knows).
@@ -265,7 +265,7 @@ struct Reactor<P: Protocol, B> {
 }
 
 /// A reactor set up on the calling thread for `cfg.backend`, ready to [`run`](Self::run).
-pub struct Started<P: Protocol>(Either<P>);
+pub(crate) struct Started<P: Protocol>(Either<P>);
 
 /// The reactor of one backend or the other, each compiled for its own. One per reactor
 /// thread, moved once into its `run`: the variants' sizes do not matter.

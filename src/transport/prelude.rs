@@ -1,0 +1,21 @@
+//! What a runtime embedding weft imports: `use weft::prelude::*;`.
+//!
+//! Your own protocol ([`Protocol`] with its own `Msg`, `Event` and `Request`, messages that
+//! derive their archive and implement [`Message`]), the nodes that run it ([`Cluster`] in one
+//! process, [`spawn`] and [`Handle`] for one node among other processes' nodes), what they
+//! tell you ([`NodeEvent`], [`Silence`]), and weft's own services ready-made: routing over the
+//! BMG ([`RouteNode`]) and in-memory checkpoints ([`Checkpointer`]).
+
+pub use super::handle::{Handle, Silence};
+pub use super::route::RouteNode;
+pub use super::storage::{Checkpointer, StoreError};
+pub use super::{loopback_specs, spawn, Cluster, JobKey, NodeOptions, NodeSpec, Transport};
+pub use crate::buf::Payload;
+pub use crate::engine::reactor::{ConnError, NodeEvent, Refusal};
+pub use crate::engine::EngineError;
+pub use crate::proto::message::{Message, Tag, APP_TAGS};
+pub use crate::proto::route::{RouteEvent, RouteFailure};
+pub use crate::proto::storage::StorageEvent;
+pub use crate::proto::{Action, NoRequest, Outbox, Protocol, Time, TimerId};
+pub use crate::storage::StorageConfig;
+pub use crate::{NodeId, Rank};
