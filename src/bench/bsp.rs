@@ -8,12 +8,11 @@
 //! checkpoint being dispersed, the exchange, the survivors' agreement after an earlier kill,
 //! a rebuild, or the end of the run).
 
+use crate::bsp::event::BspEvent;
 use crate::bsp::node::{gather, BspConfig, BspNode};
 use crate::bsp::{app, Program};
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
-use crate::proto::bsp::BspEvent;
-use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::storage::{Placement, Scheme, StorageConfig};
 use crate::transport::{Cluster, NodeOptions};
@@ -277,7 +276,7 @@ fn once(cfg: &BspRunConfig, plan: &[Kill]) -> Result<Outcome, EngineError> {
         else {
             continue;
         };
-        let NodeEvent::Protocol(Event::Bsp(e)) = ev else {
+        let NodeEvent::Protocol(e) = ev else {
             continue;
         };
         match e {

@@ -10,9 +10,9 @@
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::ida::{Dispersal, Mode};
-use crate::proto::storage::StorageEvent;
 use crate::rng::SimRng;
 use crate::storage::placement::{n_0, Placement};
+use crate::storage::StorageEvent;
 use crate::storage::{Request, Scheme, Storage, StorageConfig};
 use crate::transport::{Cluster, NodeOptions};
 use crate::NodeId;

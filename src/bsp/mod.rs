@@ -23,6 +23,7 @@
 
 pub mod alb;
 pub mod app;
+pub mod event;
 pub mod node;
 
 /// A BSP program: what virtual processor `vid` of `v` does in superstep `k` with its state

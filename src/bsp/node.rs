@@ -52,10 +52,12 @@
 //! Figure 9 has each neighborhood copy its pieces to the next. Never a wrong result: a state
 //! that cannot be rebuilt exactly is an error.
 
+use super::event::BspEvent;
 use super::Program;
-use crate::proto::bsp::{BspEvent, BspMsg, Known, Mail};
-use crate::proto::storage::{StorageEvent, StoreMsg};
-use crate::proto::{Action, Event, Outbox, Protocol, Time, TimerId};
+use crate::proto::bsp::{BspMsg, Known, Mail};
+use crate::proto::storage::StoreMsg;
+use crate::proto::{Action, Outbox, Protocol, Time, TimerId};
+use crate::storage::StorageEvent;
 use crate::storage::{Request, Storage, StorageConfig};
 use crate::NodeId;
 use bytes::Bytes;
@@ -262,7 +264,7 @@ impl BspNode {
     /// for [`BspNode::storage_news`].
     fn store(
         &mut self,
-        out: &mut Outbox<BspMsg>,
+        out: &mut Outbox<BspMsg, BspEvent>,
         f: impl FnOnce(&mut Storage, &mut Outbox<StoreMsg, StorageEvent>),
     ) {
         let mut o = Outbox::new();
@@ -277,7 +279,7 @@ impl BspNode {
         }
     }
 
-    fn storage_news(&mut self, out: &mut Outbox<BspMsg>) {
+    fn storage_news(&mut self, out: &mut Outbox<BspMsg, BspEvent>) {
         while let Some(e) = self.storage_events.pop_front() {
             match e {
                 StorageEvent::Checkpointed { version, .. } => {
@@ -328,16 +330,16 @@ impl BspNode {
         }
     }
 
-    fn stop(&mut self, out: &mut Outbox<BspMsg>, why: String) {
+    fn stop(&mut self, out: &mut Outbox<BspMsg, BspEvent>, why: String) {
         self.phase = Phase::Stopped;
         self.storage_events.clear();
-        out.report(Event::Bsp(BspEvent::Failed { why }));
+        out.report(BspEvent::Failed { why });
     }
 
     // ---- supersteps --------------------------------------------------------------------
 
     /// Step 1: checkpoint the owned states and inboxes before `self.step`.
-    fn checkpoint(&mut self, out: &mut Outbox<BspMsg>) {
+    fn checkpoint(&mut self, out: &mut Outbox<BspMsg, BspEvent>) {
         let v = version(self.epoch, self.step);
         let states: BTreeMap<u64, Bytes> = self
             .vps
@@ -373,7 +375,7 @@ impl BspNode {
     /// `safe` is the newest SafeState complete everywhere: older ones are not needed, here
     /// or in storage. (Storage keeps SafeStates until told: failures in a row can start
     /// several before one completes, and the one to go back to is the newest complete.)
-    fn release(&mut self, safe: Option<Known>, out: &mut Outbox<BspMsg>) {
+    fn release(&mut self, safe: Option<Known>, out: &mut Outbox<BspMsg, BspEvent>) {
         self.safe = self.safe.max(safe);
         if let Some(k) = self.safe {
             self.safe_saved.retain(|&v, _| v >= k.version);
@@ -398,12 +400,12 @@ impl BspNode {
     }
 
     /// Step 2: the threads of the owned virtual processors, and one batch to each live one.
-    fn run_superstep(&mut self, out: &mut Outbox<BspMsg>) {
+    fn run_superstep(&mut self, out: &mut Outbox<BspMsg, BspEvent>) {
         let (k, v) = (self.step, self.cfg.virt);
-        out.report(Event::Bsp(BspEvent::Superstep {
+        out.report(BspEvent::Superstep {
             epoch: self.epoch,
             step: k,
-        }));
+        });
         let mut mail: BTreeMap<NodeId, Vec<Mail>> = self.live().map(|p| (p, Vec::new())).collect();
         for (&vid, vp) in self.vps.iter_mut() {
             let (state, sent) = self.program.step(vid, k, v, vp.0, &vp.1);
@@ -441,7 +443,7 @@ impl BspNode {
     }
 
     /// Step 3: with a batch from every live processor the superstep is over.
-    fn barrier(&mut self, out: &mut Outbox<BspMsg>) {
+    fn barrier(&mut self, out: &mut Outbox<BspMsg, BspEvent>) {
         if self.phase != Phase::Exchanging {
             return;
         }
@@ -474,10 +476,10 @@ impl BspNode {
         if self.step >= self.cfg.supersteps {
             self.phase = Phase::Finished;
             let states = self.vps.iter().map(|(&vid, vp)| (vid, vp.0)).collect();
-            out.report(Event::Bsp(BspEvent::Finished {
+            out.report(BspEvent::Finished {
                 epoch: self.epoch,
                 states,
-            }));
+            });
             return;
         }
         self.checkpoint(out);
@@ -487,7 +489,7 @@ impl BspNode {
 
     /// `gone` are dead and the BACKTRACKs are at least `backtracks`: if that is news, tell
     /// every survivor what this processor holds dead, the BACKTRACKs and what it knows.
-    fn learn(&mut self, gone: &[NodeId], backtracks: u32, out: &mut Outbox<BspMsg>) {
+    fn learn(&mut self, gone: &[NodeId], backtracks: u32, out: &mut Outbox<BspMsg, BspEvent>) {
         let fresh: Vec<NodeId> = gone
             .iter()
             .copied()
@@ -498,7 +500,7 @@ impl BspNode {
         }
         if fresh.contains(&self.me) {
             self.phase = Phase::Stopped;
-            out.report(Event::Bsp(BspEvent::Excluded));
+            out.report(BspEvent::Excluded);
             return;
         }
         for &p in &fresh {
@@ -535,7 +537,7 @@ impl BspNode {
 
     /// Every survivor holds this dead set and these BACKTRACKs: resume from the newest
     /// checkpoint any knows, or from the newest SafeState after a BACKTRACK.
-    fn agree(&mut self, out: &mut Outbox<BspMsg>) {
+    fn agree(&mut self, out: &mut Outbox<BspMsg, BspEvent>) {
         if self.phase != Phase::Agreeing {
             return;
         }
@@ -561,7 +563,7 @@ impl BspNode {
         }
     }
 
-    fn rollback(&mut self, to: Option<Known>, from_safe: bool, out: &mut Outbox<BspMsg>) {
+    fn rollback(&mut self, to: Option<Known>, from_safe: bool, out: &mut Outbox<BspMsg, BspEvent>) {
         let live: Vec<NodeId> = self.live().collect();
         let (from, below) = (to.map_or(0, |k| k.version + 1), version(self.epoch, 0));
         self.store(out, |s, o| {
@@ -599,13 +601,13 @@ impl BspNode {
                 }
             }
         }
-        out.report(Event::Bsp(BspEvent::Rollback {
+        out.report(BspEvent::Rollback {
             epoch: self.epoch,
             dead: self.dead.iter().copied().collect(),
             to: to.map(|k| k.step),
             adopted: adopted.len(),
             backtracks: self.backtracks,
-        }));
+        });
         let Some(k) = to.filter(|_| !adopted.is_empty()) else {
             // Nothing to rebuild: checkpoint over the survivors and rerun the superstep.
             return self.checkpoint(out);
@@ -625,7 +627,7 @@ impl BspNode {
         });
     }
 
-    fn handle(&mut self, from: NodeId, msg: BspMsg, out: &mut Outbox<BspMsg>) {
+    fn handle(&mut self, from: NodeId, msg: BspMsg, out: &mut Outbox<BspMsg, BspEvent>) {
         if self.phase == Phase::Stopped || self.dead.contains(&from) {
             return;
         }
@@ -714,10 +716,10 @@ fn decode(b: &[u8]) -> Option<(u64, Vec<(u64, u64)>)> {
 
 impl Protocol for BspNode {
     type Msg = BspMsg;
-    type Event = crate::proto::Event;
+    type Event = BspEvent;
     type Request = crate::proto::NoRequest;
 
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<BspMsg>) {
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<BspMsg, BspEvent>) {
         for vid in self.owned() {
             let s = self.program.init(vid, self.cfg.virt);
             self.vps.insert(vid, (s, Vec::new()));
@@ -727,18 +729,24 @@ impl Protocol for BspNode {
         self.version_counter += 1;
     }
 
-    fn on_message(&mut self, _now: Time, from: NodeId, msg: BspMsg, out: &mut Outbox<BspMsg>) {
+    fn on_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: BspMsg,
+        out: &mut Outbox<BspMsg, BspEvent>,
+    ) {
         self.handle(from, msg, out);
         self.storage_news(out);
         self.version_counter += 1;
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<BspMsg>) {
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<BspMsg, BspEvent>) {
         self.store(out, |s, o| s.on_timer(now, timer, o));
         self.storage_news(out);
     }
 
-    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BspMsg>) {
+    fn on_suspect(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BspMsg, BspEvent>) {
         if self.dead.contains(&peer) || self.all.binary_search(&peer).is_err() {
             // Storage still hears it: a piece asked of the peer again must be asked elsewhere.
             self.store(out, |s, o| s.on_suspect(now, peer, o));

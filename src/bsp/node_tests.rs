@@ -6,7 +6,7 @@ use super::*;
 use crate::bsp::app::PrefixSum;
 
 /// Processor 2 of 4 alone, started: its first checkpoint under way.
-fn started() -> (BspNode, Outbox<BspMsg>) {
+fn started() -> (BspNode, Outbox<BspMsg, BspEvent>) {
     let all: Vec<NodeId> = (0..4).map(NodeId).collect();
     let cfg = BspConfig {
         virt: 8,
@@ -36,8 +36,8 @@ fn a_processor_the_others_hold_dead_stops() {
         },
         &mut out,
     );
-    let events: Vec<Action<BspMsg>> = out.drain().collect();
-    assert!(events.contains(&Action::Report(Event::Bsp(BspEvent::Excluded))));
+    let events: Vec<Action<BspMsg, BspEvent>> = out.drain().collect();
+    assert!(events.contains(&Action::Report(BspEvent::Excluded)));
     // Whatever comes next is ignored.
     node.on_message(
         Time::ZERO,
@@ -114,7 +114,7 @@ fn a_piece_of_an_older_epoch_is_refused_once_a_failure_is_known() {
         body: crate::buf::Payload::default(),
     };
     node.on_message(Time::ZERO, NodeId(0), BspMsg::Store(put), &mut out);
-    let sent: Vec<Action<BspMsg>> = out.drain().collect();
+    let sent: Vec<Action<BspMsg, BspEvent>> = out.drain().collect();
     assert_eq!(
         sent,
         vec![Action::Send {

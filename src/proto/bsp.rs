@@ -1,11 +1,10 @@
-//! The messages and events of Robust-BSP on the engine (`crate::bsp::node`): a superstep's
+//! The messages of Robust-BSP on the engine (`crate::bsp::node`): a superstep's
 //! mail between real processors, the survivors' exchange of what each knows to be
 //! checkpointed when one fails, and the storage protocol's own messages carried along (a
 //! processor runs both on one node).
 
 use super::storage::StoreMsg;
 use crate::buf::Payload;
-use crate::NodeId;
 
 pub use self::wire_form::{BspMsg, Known, Mail};
 
@@ -95,43 +94,4 @@ impl super::Message for BspMsg {
             _ => None,
         }
     }
-}
-
-/// What a BSP processor tells its driver.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BspEvent {
-    /// Its checkpoint of `step` is complete and it runs the superstep's threads.
-    Superstep {
-        /// The epoch.
-        epoch: u32,
-        /// The superstep.
-        step: u32,
-    },
-    /// The survivors agreed on the dead and on the checkpoint to resume from.
-    Rollback {
-        /// The new epoch.
-        epoch: u32,
-        /// The processors held dead.
-        dead: Vec<NodeId>,
-        /// The superstep resumed (`None`: from the start, no checkpoint was complete).
-        to: Option<u32>,
-        /// States this processor rebuilds from its neighbors' pieces (it adopted them).
-        adopted: usize,
-        /// BACKTRACKs so far; when this rollback raised them it resumes from a SafeState.
-        backtracks: u32,
-    },
-    /// Every superstep is done: its virtual processors' final states.
-    Finished {
-        /// The epoch.
-        epoch: u32,
-        /// `(virtual processor, state)`.
-        states: Vec<(u64, u64)>,
-    },
-    /// A state could not be rebuilt: the run cannot go on (never a wrong result).
-    Failed {
-        /// Why.
-        why: String,
-    },
-    /// The others hold this processor dead: it stops taking part.
-    Excluded,
 }

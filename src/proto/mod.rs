@@ -83,8 +83,6 @@ pub enum Event {
     Order(broadcast::OrderEvent),
     /// BSPAGREEMENT news: the initial value, the agreed one.
     Agreement(agreement::AgreementEvent),
-    /// Robust-BSP news: supersteps, rollbacks, the result.
-    Bsp(bsp::BspEvent),
     /// A protocol's message counters and whether it is quiet, when its driver wakes it to
     /// ask (the overlay's [`Protocol::on_wake`]): a launcher that sees the messages sent by
     /// all equal those received by all in two rounds of asking knows none is in flight.

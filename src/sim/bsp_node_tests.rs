@@ -4,10 +4,9 @@
 
 use super::timed::{TimedConfig, TimedWorld};
 use crate::bsp::app::{self, Jacobi, PrefixSum};
+use crate::bsp::event::BspEvent;
 use crate::bsp::node::{gather, BspConfig, BspNode};
 use crate::bsp::Program;
-use crate::proto::bsp::BspEvent;
-use crate::proto::Event;
 use crate::rng::SimRng;
 use crate::storage::StorageConfig;
 use crate::NodeId;
@@ -110,17 +109,17 @@ fn run_safe(
         assert!(steps < 50_000_000, "the run does not end");
         for (i, t, e) in w.take_reports() {
             match e {
-                Event::Bsp(BspEvent::Finished { epoch, states }) => {
+                BspEvent::Finished { epoch, states } => {
                     finished.insert(i, (epoch, states, t));
                 }
-                Event::Bsp(BspEvent::Failed { why }) => failed.push(format!("{i}: {why}")),
-                Event::Bsp(BspEvent::Excluded) => failed.push(format!("{i} excluded")),
-                Event::Bsp(BspEvent::Rollback {
+                BspEvent::Failed { why } => failed.push(format!("{i}: {why}")),
+                BspEvent::Excluded => failed.push(format!("{i} excluded")),
+                BspEvent::Rollback {
                     adopted: a,
                     to,
                     backtracks: b,
                     ..
-                }) => {
+                } => {
                     backtracks = backtracks.max(b);
                     rollbacks += 1;
                     from_start += usize::from(to.is_none());

@@ -32,11 +32,13 @@
 //! are refused.
 
 mod crc;
+pub mod event;
 pub mod node;
 pub mod placement;
 mod xor;
 pub(crate) use xor::xor_into;
 
+pub use event::StorageEvent;
 pub use node::{Request, Storage, StorageConfig};
 pub use placement::Placement;
 

@@ -8,10 +8,11 @@
 
 use super::crc::Shift;
 use super::placement::Placement;
+use super::StorageEvent;
 use super::{xor, Scheme};
 use crate::buf::Payload;
 use crate::ida::{Dispersal, Mode};
-use crate::proto::storage::{PieceKey, PieceMeta, StorageEvent, StoreMsg};
+use crate::proto::storage::{PieceKey, PieceMeta, StoreMsg};
 use crate::proto::{Outbox, Protocol, Time, TimerId};
 use crate::NodeId;
 use bytes::{Bytes, BytesMut};

@@ -15,7 +15,7 @@ pub use crate::engine::reactor::{ConnError, NodeEvent, Refusal};
 pub use crate::engine::EngineError;
 pub use crate::proto::message::{Message, Tag, APP_TAGS};
 pub use crate::proto::route::{RouteEvent, RouteFailure};
-pub use crate::proto::storage::StorageEvent;
 pub use crate::proto::{Action, NoRequest, Outbox, Protocol, Time, TimerId};
 pub use crate::storage::StorageConfig;
+pub use crate::storage::StorageEvent;
 pub use crate::{NodeId, Rank};

@@ -16,7 +16,7 @@
 use super::handle::{Handle, Silence};
 use super::{NodeOptions, NodeSpec};
 use crate::engine::EngineError;
-use crate::proto::storage::StorageEvent;
+use crate::storage::StorageEvent;
 use crate::storage::{Request, Storage, StorageConfig};
 use crate::NodeId;
 use bytes::Bytes;
