@@ -143,3 +143,64 @@ fn a_request_to_a_killed_node_is_dropped() {
         "the killed node took a request: {seen:?}"
     );
 }
+
+/// Routing and storage on the same nodes, as one protocol (`Pair`): each side's requests,
+/// messages, timers and events stay its own, on real connections.
+#[test]
+fn two_protocols_share_a_node_without_glue() {
+    use std::sync::Arc;
+    use weft::proto::pair::{Either, Pair};
+    use weft::proto::route::{Route, RouteConfig, RouteRequest};
+    use weft::storage::{Request, Storage};
+
+    let n = 4;
+    let cluster = Cluster::start(n, opts(Backend::Poll, Transport::Tcp), |i, ids| {
+        let ring: Arc<[NodeId]> = ids.into();
+        Pair::new(
+            Route::new(Rank(i as u32), ring, RouteConfig::default()),
+            Storage::new(ids[i], ids, StorageConfig::default()),
+        )
+    })
+    .expect("start");
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        node.request(Either::Second(Request::Protect {
+            vid: i as u64,
+            data: vec![i as u8; 100_000].into(),
+        }));
+        node.request(Either::Second(Request::Checkpoint { version: 1 }));
+        node.request(Either::First(RouteRequest::Send {
+            to: Rank(((i + 2) % n) as u32),
+            tag: i as u64,
+            data: vec![7u8; 64].into(),
+        }));
+    }
+    let (mut delivered, mut received, mut checkpointed) = (0, 0, 0);
+    while delivered < n || received < n || checkpointed < n {
+        let (who, ev) = cluster
+            .events
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!("delivered {delivered}, received {received}, checkpointed {checkpointed} of {n}")
+            });
+        match ev {
+            NodeEvent::Protocol(Either::First(RouteEvent::Delivered { .. })) => delivered += 1,
+            NodeEvent::Protocol(Either::First(RouteEvent::Received { data, .. })) => {
+                assert_eq!(&data[..], &[7u8; 64][..], "{who}: routed bytes changed");
+                received += 1;
+            }
+            NodeEvent::Protocol(Either::First(RouteEvent::Failed { to, why, .. })) => {
+                panic!("{who}: send to {to} failed: {why:?}")
+            }
+            NodeEvent::Protocol(Either::Second(StorageEvent::Checkpointed { lost, .. })) => {
+                assert_eq!(lost, 0, "{who}: pieces lost with every node alive");
+                checkpointed += 1;
+            }
+            NodeEvent::Protocol(Either::Second(StorageEvent::Rejected { why })) => {
+                panic!("{who}: storage refused: {why}")
+            }
+            NodeEvent::Suspect(p) => panic!("{who} suspects {p}"),
+            _ => {}
+        }
+    }
+    cluster.shutdown().expect("shutdown");
+}

@@ -7,12 +7,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use weft::wire::handshake::{Handshake, Identity, JobKey, Role};
+use weft::proto::Message;
 use weft::wire::{Frame, FrameDecoder, Framed, Kind};
 use weft::NodeId;
 
 /// Read `frame` as `M`. A payload it hands out is no longer than the frame, and one large
 /// enough to be shared lies inside the frame's own bytes.
-fn read<M: Framed>(frame: &Frame) {
+fn read<M: Framed + Message>(frame: &Frame) {
     if let Ok(m) = M::read(frame) {
         if let Some(p) = m.payload() {
             assert!(

@@ -20,6 +20,7 @@ pub mod membership;
 pub mod message;
 pub mod order;
 pub mod overlay;
+pub mod pair;
 pub mod ping;
 pub mod relay;
 pub mod ring;
@@ -158,6 +159,11 @@ impl<M, E> Outbox<M, E> {
     /// Cancel a timer.
     pub fn cancel_timer(&mut self, timer: TimerId) {
         self.actions.push(Action::CancelTimer(timer));
+    }
+
+    /// Queue an action as it is (a composite passing on what a nested protocol asked for).
+    pub fn push(&mut self, action: Action<M, E>) {
+        self.actions.push(action);
     }
 
     /// Report an event.

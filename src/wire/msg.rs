@@ -12,6 +12,8 @@ use super::mac::FrameMac;
 use super::sendq::SendQueue;
 use super::WireError;
 use crate::buf::{Payload, SharesPayload};
+use crate::proto::message::Tag;
+use crate::proto::pair::Either;
 use crate::proto::Message;
 use rkyv::api::high::HighValidator;
 use rkyv::bytecheck::CheckBytes;
@@ -19,8 +21,21 @@ use rkyv::rancor::{BoxedError, Failure, Strategy};
 use rkyv::{Archive, Deserialize};
 
 /// A protocol message type the wire can send and receive: every [`Message`] whose derived
-/// archive validates and reads back (a blanket implementation; nothing to write by hand).
-pub trait Framed: Message {
+/// archive validates and reads back (a blanket implementation; nothing to write by hand), and
+/// the messages of protocols run side by side on one node ([`crate::proto::pair::Either`]),
+/// each frame read by the one whose tag it carries.
+pub trait Framed: Sized + Send + 'static {
+    /// The messages frames of `tag` carry, if this type reads them: their name and whether
+    /// they are bulk data ([`Message::BULK`]).
+    fn reads(tag: Tag) -> Option<(&'static str, bool)>;
+
+    /// A name for this type in errors (the first protocol's, for a pair).
+    fn name() -> &'static str;
+
+    /// Whether this message is bulk data: its frame carries a MAC only when the session asked
+    /// for bulk integrity.
+    fn bulk(&self) -> bool;
+
     /// Append this message to `q` as one frame, with a MAC from `mac` when given. On an error
     /// the queue is left as it was.
     fn push_onto(&self, q: &mut SendQueue, mac: Option<&mut FrameMac>) -> Result<(), WireError>;
@@ -46,6 +61,19 @@ where
         + for<'a> CheckBytes<HighValidator<'a, BoxedError>>
         + for<'f> Deserialize<M, Strategy<FrameShare<'f>, Failure>>,
 {
+    fn reads(tag: Tag) -> Option<(&'static str, bool)> {
+        (tag == M::TAG).then_some((M::NAME, M::BULK))
+    }
+
+    fn name() -> &'static str {
+        M::NAME
+    }
+
+    #[inline]
+    fn bulk(&self) -> bool {
+        M::BULK
+    }
+
     fn push_onto(&self, q: &mut SendQueue, mac: Option<&mut FrameMac>) -> Result<(), WireError> {
         q.push_framed(self, M::TAG, mac)
     }
@@ -60,6 +88,41 @@ where
         let archived = access::<M>(frame.body())?;
         rkyv::api::deserialize_using::<M, _, Failure>(archived, &mut FrameShare(frame))
             .map_err(|_| WireError::Malformed(format!("{} message does not read back", M::NAME)))
+    }
+}
+
+/// Two protocols' messages on one node ([`crate::proto::pair::Pair`]): each frame is read by
+/// the side whose tag it carries, the first side's first.
+impl<A: Framed, B: Framed> Framed for Either<A, B> {
+    fn reads(tag: Tag) -> Option<(&'static str, bool)> {
+        A::reads(tag).or_else(|| B::reads(tag))
+    }
+
+    fn name() -> &'static str {
+        A::name()
+    }
+
+    #[inline]
+    fn bulk(&self) -> bool {
+        match self {
+            Either::First(m) => m.bulk(),
+            Either::Second(m) => m.bulk(),
+        }
+    }
+
+    fn push_onto(&self, q: &mut SendQueue, mac: Option<&mut FrameMac>) -> Result<(), WireError> {
+        match self {
+            Either::First(m) => m.push_onto(q, mac),
+            Either::Second(m) => m.push_onto(q, mac),
+        }
+    }
+
+    fn read(frame: &Frame) -> Result<Self, WireError> {
+        if A::reads(frame.tag).is_some() {
+            A::read(frame).map(Either::First)
+        } else {
+            B::read(frame).map(Either::Second)
+        }
     }
 }
 
@@ -158,7 +221,7 @@ mod tests {
     use crate::wire::FrameDecoder;
     use crate::NodeId;
 
-    fn round_trip<M: Framed + PartialEq + std::fmt::Debug>(msgs: &[M]) {
+    fn round_trip<M: Framed + Message + PartialEq + std::fmt::Debug>(msgs: &[M]) {
         let mut bytes = Vec::new();
         for m in msgs {
             write_frame(m, &mut bytes).unwrap();
@@ -171,6 +234,45 @@ mod tests {
             back.push(M::read(&f).unwrap());
         }
         assert_eq!(back, msgs);
+    }
+
+    /// Two protocols' messages on one node: each frame comes back as the side whose tag it
+    /// carries, and a frame of neither is refused, naming the tag.
+    #[test]
+    fn a_pair_reads_each_frame_by_its_tag() {
+        type Two = Either<PingMsg, RelayMsg>;
+        let msgs: Vec<Two> = PingMsg::samples()
+            .into_iter()
+            .map(Either::First)
+            .chain(RelayMsg::samples().into_iter().map(Either::Second))
+            .collect();
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            write_frame(m, &mut bytes).unwrap();
+        }
+        write_frame(&OverlayMsg::samples()[0], &mut bytes).unwrap();
+        let mut dec = FrameDecoder::new(1 << 20);
+        dec.push(&bytes);
+        let mut back = Vec::new();
+        while let Some(f) = dec.next_frame().unwrap() {
+            match Two::read(&f) {
+                Ok(m) => back.push(m),
+                Err(WireError::WrongProtocol { tag, .. }) => {
+                    assert_eq!(tag, OverlayMsg::TAG);
+                    assert_eq!(Two::reads(tag), None);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(back, msgs);
+        assert_eq!(
+            Two::reads(PingMsg::TAG),
+            Some((PingMsg::NAME, PingMsg::BULK))
+        );
+        assert_eq!(
+            Two::reads(RelayMsg::TAG),
+            Some((RelayMsg::NAME, RelayMsg::BULK))
+        );
     }
 
     /// Messages of one type to send through the wire in the round trip: each of weft's message

@@ -9,7 +9,7 @@ use super::driver::{Driver, IoEvent};
 use super::error::ConnError;
 use super::{Due, NodeEvent, Reactor};
 use crate::engine::EngineError;
-use crate::proto::{Action, Message, Protocol};
+use crate::proto::{Action, Protocol};
 use crate::wire::handshake::{Handshake, Role, MAX_HANDSHAKE_BODY};
 use crate::wire::{FrameDecoder, Framed, Kind, SendQueue, WireError};
 use crate::NodeId;
@@ -523,10 +523,13 @@ where
             if let Some(session) = conn.session.as_mut() {
                 match frame.mac() {
                     Some(mac) => session.recv.verify(frame.authenticated_parts(), mac)?,
-                    None if session.covers(<P::Msg as Message>::BULK) => {
-                        return Err(WireError::MacMissing(<P::Msg as Message>::NAME).into())
-                    }
-                    None => {}
+                    // A tag this node does not read is refused below, by the read.
+                    None => match P::Msg::reads(frame.tag) {
+                        Some((name, bulk)) if session.covers(bulk) => {
+                            return Err(WireError::MacMissing(name).into())
+                        }
+                        _ => {}
+                    },
                 }
             }
             let m = P::Msg::read(&frame)?;
@@ -791,7 +794,7 @@ pub(super) fn push<M: Framed>(conn: &mut Conn, msg: &M) -> Result<(), WireError>
     let mac = conn
         .session
         .as_mut()
-        .filter(|s| s.covers(M::BULK))
+        .filter(|s| s.covers(msg.bulk()))
         .map(|s| &mut s.send);
     conn.out.push_msg(msg, mac)
 }
