@@ -1,5 +1,6 @@
 //! Neighborhood storage over the engine: real nodes on loopback, real kills.
 
+use weft::prelude::NodeEvent;
 use weft::storage::placement::Placement;
 use weft::storage::{Scheme, StorageConfig};
 use weft::transport::storage::{Checkpointer, StoreError};
@@ -82,4 +83,28 @@ fn requests_out_of_order_are_refused_with_a_reason() {
         job[1].recover(99, Some(4)),
         Err(StoreError::Rejected(_)) | Err(StoreError::Unrecoverable { .. })
     ));
+}
+
+/// What the node tells beside the answers is not swallowed: a holder that stops is heard of
+/// as a suspicion, after the calls that waited past it.
+#[test]
+fn a_stopped_holder_is_news_not_silence() {
+    let mut job = Checkpointer::on_loopback(3, &Default::default(), &StorageConfig::default())
+        .expect("nodes start");
+    job[0].protect(0, vec![3u8; 50_000]);
+    let c = job[0].checkpoint(1).expect("checkpoint");
+    assert_eq!(c.lost, 0, "every holder alive");
+    let gone = job.pop().expect("three nodes");
+    let gone_id = gone.id();
+    gone.stop().expect("stop");
+    loop {
+        match job[0].next_news(std::time::Duration::from_secs(20)) {
+            Ok(NodeEvent::Suspect(p)) if p == gone_id => break,
+            Ok(_) => {}
+            Err(e) => panic!("no word of {gone_id} stopping: {e}"),
+        }
+    }
+    // It is still usable, and its state still comes back.
+    let data = job[0].recover(0, None).expect("rebuilt with a holder gone");
+    assert_eq!(&data[..], &[3u8; 50_000][..]);
 }

@@ -15,12 +15,19 @@
 
 use super::handle::{Handle, Silence};
 use super::{NodeOptions, NodeSpec};
+use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::storage::StorageEvent;
 use crate::storage::{Request, Storage, StorageConfig};
 use crate::NodeId;
 use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::time::Duration;
+
+/// Events kept for [`Checkpointer::take_news`]: a bound, so a runtime that never asks does not
+/// grow without end.
+pub const NEWS_KEPT: usize = 1024;
 
 /// Why a storage call failed. Never wrong data: a state that cannot be rebuilt exactly is one
 /// of these.
@@ -59,6 +66,8 @@ pub struct Checkpointed {
 /// A storage node and its application's handle on it. Calls block until the node answers.
 pub struct Checkpointer {
     node: Handle<Storage>,
+    /// What came while a call waited for its answer and was not it (see [`Self::take_news`]).
+    news: RefCell<VecDeque<NodeEvent<StorageEvent>>>,
     /// Longest wait for an answer (default 60 s).
     pub timeout: Duration,
 }
@@ -76,6 +85,7 @@ impl Checkpointer {
         let proto = Storage::new(spec.id, &view, cfg);
         Ok(Self {
             node: Handle::spawn(spec, opts, proto)?,
+            news: RefCell::new(VecDeque::new()),
             timeout: Duration::from_secs(60),
         })
     }
@@ -106,7 +116,7 @@ impl Checkpointer {
     /// live holder confirmed its piece.
     pub fn checkpoint(&self, version: u64) -> Result<Checkpointed, StoreError> {
         self.ask(Request::Checkpoint { version });
-        self.answer(|e| match e {
+        self.answer(|e| match *e {
             StorageEvent::Checkpointed {
                 version: v,
                 pieces,
@@ -120,28 +130,58 @@ impl Checkpointer {
     pub fn recover(&self, vid: u64, version: Option<u64>) -> Result<Bytes, StoreError> {
         self.ask(Request::Recover { vid, version });
         self.answer(|e| match e {
-            StorageEvent::Recovered { vid: v, data, .. } if v == vid => Some(Ok(data)),
+            StorageEvent::Recovered { vid: v, data, .. } if *v == vid => Some(Ok(data.clone())),
             StorageEvent::Unrecoverable {
                 vid: v,
                 version,
                 why,
-            } if v == vid => Some(Err(StoreError::Unrecoverable { vid, version, why })),
+            } if *v == vid => Some(Err(StoreError::Unrecoverable {
+                vid,
+                version: *version,
+                why: why.clone(),
+            })),
             _ => None,
         })
     }
 
-    /// Wait for the event `pick` takes; a rejection is an error.
+    /// Everything the node told while calls waited for their answers and that was not one:
+    /// a holder suspected or a connection refused (the protocol works around them; a runtime
+    /// may want to know), pieces dropped from a stranger. The newest [`NEWS_KEPT`] are kept.
+    pub fn take_news(&self) -> Vec<NodeEvent<StorageEvent>> {
+        self.news.borrow_mut().drain(..).collect()
+    }
+
+    /// The next of that news, or of what the node tells from now on, within `timeout`.
+    pub fn next_news(&self, timeout: Duration) -> Result<NodeEvent<StorageEvent>, Silence> {
+        if let Some(ev) = self.news.borrow_mut().pop_front() {
+            return Ok(ev);
+        }
+        self.node.next_event(timeout)
+    }
+
+    fn keep(&self, ev: NodeEvent<StorageEvent>) {
+        let mut news = self.news.borrow_mut();
+        if news.len() == NEWS_KEPT {
+            news.pop_front();
+        }
+        news.push_back(ev);
+    }
+
+    /// Wait for the event `pick` takes; a rejection is an error. Others are kept as news.
     fn answer<T>(
         &self,
-        pick: impl Fn(StorageEvent) -> Option<Result<T, StoreError>>,
+        pick: impl Fn(&StorageEvent) -> Option<Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let got = self.node.wait_for(
             self.timeout,
             |ev| match ev {
                 StorageEvent::Rejected { why } => Some(Err(StoreError::Rejected(why))),
-                ev => pick(ev),
+                ev => pick(&ev).or_else(|| {
+                    self.keep(NodeEvent::Protocol(ev));
+                    None
+                }),
             },
-            |_| {}, // a suspected holder is the protocol's to work around
+            |ev| self.keep(ev),
         );
         match got {
             Ok(r) => r,
