@@ -105,7 +105,7 @@ mod tests {
         }
         // SAFETY: fstat succeeded, so it filled `st`.
         let st = unsafe { st.assume_init() };
-        Some((st.st_dev as u64, st.st_ino as u64))
+        Some((st.st_dev, st.st_ino))
     }
 
     #[test]
