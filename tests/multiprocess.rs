@@ -230,8 +230,21 @@ fn children_of(pid: u32) -> Vec<u32> {
 /// with it (they die with their launcher), instead of leaving them listening.
 #[test]
 fn node_processes_die_with_their_bench() {
+    use std::os::unix::process::CommandExt;
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGKILL] {
-        let mut bench = Command::new(env!("CARGO_BIN_EXE_weft"))
+        let mut bench = Command::new(env!("CARGO_BIN_EXE_weft"));
+        // A shell's background job inherits SIGINT ignored (POSIX, without job control), and
+        // so would the bench: give it the default ends, which this test is about.
+        // SAFETY: signal() is async-signal-safe, and the child only resets dispositions.
+        unsafe {
+            bench.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let mut bench = bench
             .args([
                 "bench",
                 "stabilize",
@@ -261,7 +274,14 @@ fn node_processes_die_with_their_bench() {
         };
         // SAFETY: kill of our own child's pid.
         unsafe { libc::kill(bench.id() as libc::pid_t, signal) };
-        let _ = bench.wait();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while bench.try_wait().ok().flatten().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = bench.kill();
+                panic!("signal {signal}: the bench did not end");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             let alive: Vec<u32> = nodes
