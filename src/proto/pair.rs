@@ -56,33 +56,29 @@ impl<A: Protocol, B: Protocol> Pair<A, B> {
     /// Move what the sides asked for into the pair's outbox, in the order they asked.
     fn merge(&mut self, out: &mut PairOutbox<A, B>) {
         for a in self.out_a.drain() {
-            out.push(match a {
-                Action::Send { to, msg } => Action::Send {
-                    to,
-                    msg: Either::First(msg),
-                },
-                Action::SetTimer { timer, after } => Action::SetTimer {
-                    timer: timer_of(timer, false),
-                    after,
-                },
-                Action::CancelTimer(t) => Action::CancelTimer(timer_of(t, false)),
-                Action::Report(e) => Action::Report(Either::First(e)),
-            });
+            out.push(lift(a, false, Either::First, Either::First));
         }
         for a in self.out_b.drain() {
-            out.push(match a {
-                Action::Send { to, msg } => Action::Send {
-                    to,
-                    msg: Either::Second(msg),
-                },
-                Action::SetTimer { timer, after } => Action::SetTimer {
-                    timer: timer_of(timer, true),
-                    after,
-                },
-                Action::CancelTimer(t) => Action::CancelTimer(timer_of(t, true)),
-                Action::Report(e) => Action::Report(Either::Second(e)),
-            });
+            out.push(lift(a, true, Either::Second, Either::Second));
         }
+    }
+}
+
+/// A side's action as the pair's: its message and event wrapped, its timer mapped.
+fn lift<M, E, PM, PE>(
+    a: Action<M, E>,
+    second: bool,
+    msg: impl FnOnce(M) -> PM,
+    event: impl FnOnce(E) -> PE,
+) -> Action<PM, PE> {
+    match a {
+        Action::Send { to, msg: m } => Action::Send { to, msg: msg(m) },
+        Action::SetTimer { timer, after } => Action::SetTimer {
+            timer: timer_of(timer, second),
+            after,
+        },
+        Action::CancelTimer(t) => Action::CancelTimer(timer_of(t, second)),
+        Action::Report(e) => Action::Report(event(e)),
     }
 }
 

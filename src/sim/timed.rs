@@ -895,7 +895,19 @@ mod tests {
     use super::*;
     use crate::proto::relay::Relay;
 
-    /// Reports each request it is handed, and sends it to process 0.
+    /// A 1 µs network, 100 ns per event, no send cost or detection delay.
+    fn fast() -> TimedConfig {
+        TimedConfig {
+            net: Net::Constant {
+                l: Duration::from_micros(1),
+            },
+            ocp: Duration::from_nanos(100),
+            send: Duration::ZERO,
+            detect: Duration::ZERO,
+        }
+    }
+
+    /// Reports each request it is handed.
     struct Asked;
 
     impl Protocol for Asked {
@@ -916,15 +928,7 @@ mod tests {
     /// request is not kept.
     #[test]
     fn requests_arrive_in_order_and_die_with_their_process() {
-        let cfg = TimedConfig {
-            net: Net::Constant {
-                l: Duration::from_micros(1),
-            },
-            ocp: Duration::from_nanos(100),
-            send: Duration::ZERO,
-            detect: Duration::ZERO,
-        };
-        let mut w = TimedWorld::new(vec![Asked, Asked], cfg);
+        let mut w = TimedWorld::new(vec![Asked, Asked], fast());
         w.start();
         for k in 0..100 {
             w.request_at(1_000, 0, k);
@@ -978,15 +982,7 @@ mod tests {
         let n = 4u64;
         let run = |connect: Duration, wait: Duration| {
             let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, 1, 50)).collect();
-            let cfg = TimedConfig {
-                net: Net::Constant {
-                    l: Duration::from_micros(1),
-                },
-                ocp: Duration::from_nanos(100),
-                send: Duration::ZERO,
-                detect: Duration::ZERO,
-            };
-            let mut w = TimedWorld::new(nodes, cfg)
+            let mut w = TimedWorld::new(nodes, fast())
                 .with_connect(connect)
                 .with_connect_wait(wait);
             w.start();
