@@ -73,7 +73,8 @@ pub struct Report {
     /// The installed view (view).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub view: Option<Vec<u64>>,
-    /// Why (refused; for a line that stands for many, the last one's reason).
+    /// Why (refused: for a line that stands for many, the last one's reason; detected: what
+    /// made the node suspect the peer, `lost`, `hung`, `unanswered` or `restarted`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
     /// How many refusals the line stands for, when more than one: a node reports 16 a second
@@ -203,7 +204,8 @@ pub fn report_of(id: NodeId, epoch_ns: u64, e: NodeEvent) -> Option<Report> {
             ..base("refused")
         },
         NodeEvent::Protocol(Event::Member(m)) => match m {
-            MemberEvent::Detected { peer, at } => Report {
+            MemberEvent::Detected { peer, at, why } => Report {
+                why: Some(format!("{why:?}").to_lowercase()),
                 peer: Some(peer.0),
                 mono_ns: epoch_ns + at.0,
                 ..base("detected")

@@ -226,6 +226,22 @@ impl super::Message for MemberMsg {
     const NAME: &'static str = "membership";
 }
 
+/// What made a process suspect a peer: which detector fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Suspicion {
+    /// The transport lost its connection to the peer, or could not make one
+    /// ([`Protocol::on_suspect`]): a crash, a kill, a reset.
+    Lost,
+    /// The peer missed its heartbeat deadline while its connection stayed up: it hangs
+    /// (stopped, swapping). Only its ring successor, its watcher, sees this.
+    Hung,
+    /// A probe, or the acknowledgement of an epoch, went unanswered past its deadline.
+    Unanswered,
+    /// The peer came back as a new incarnation without its state (a restart): its old self
+    /// is gone.
+    Restarted,
+}
+
 /// What membership reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberEvent {
@@ -235,6 +251,8 @@ pub enum MemberEvent {
         peer: NodeId,
         /// When (the driver's clock).
         at: Time,
+        /// What made this process suspect it.
+        why: Suspicion,
     },
     /// This process installed a new view.
     ViewChanged {
@@ -414,6 +432,25 @@ pub struct MembershipConfig {
     /// its successor in the view's order and suspects its predecessor after a silence, which
     /// finds a process that hangs with its connections up (`None`: off).
     pub heartbeat: Option<HeartbeatConfig>,
+}
+
+impl Default for MembershipConfig {
+    /// What `weft node` runs by default: radix 4, patched trees, no periodic probes (one round
+    /// at start, then lost connections), the standby connections warmed, failures installed
+    /// one epoch each at once, the usual orphan hold, and ring heartbeats every 100 ms.
+    fn default() -> Self {
+        let once = Duration::from_secs(3600);
+        Self {
+            radix: 4,
+            mode: TreeMode::Patch,
+            probe: Some((once, once)),
+            warm: true,
+            batch: Duration::ZERO,
+            collect: false,
+            orphan_hold: ORPHAN_HOLD,
+            heartbeat: Some(HeartbeatConfig::default()),
+        }
+    }
 }
 
 impl MembershipConfig {
@@ -1152,20 +1189,25 @@ impl Membership {
         }
     }
 
-    /// A suspected failure of `peer` (detection).
+    /// A suspected failure of `peer` (detection): a lost connection.
     pub fn suspect<M: From<MemberMsg>>(&mut self, peer: NodeId, out: &mut Outbox<M>) {
-        self.suspect_as(peer, false, out);
+        self.suspect_as(peer, Suspicion::Lost, out);
     }
 
-    /// A suspected failure of `peer`, by its designated `watcher` (the heartbeat ring's
-    /// successor, the only process that can tell that `peer` hangs) or by anyone who lost a
-    /// connection to it. A watcher reports at once, as a tree neighbor does.
-    fn suspect_as<M: From<MemberMsg>>(&mut self, peer: NodeId, watcher: bool, out: &mut Outbox<M>) {
+    /// A suspected failure of `peer`, for the reason `why`. A [`Suspicion::Hung`] comes from
+    /// `peer`'s designated watcher (the heartbeat ring's successor, the only process that can
+    /// tell that `peer` hangs), which reports at once, as a tree neighbor does.
+    pub(super) fn suspect_as<M: From<MemberMsg>>(
+        &mut self,
+        peer: NodeId,
+        why: Suspicion,
+        out: &mut Outbox<M>,
+    ) {
         // A child we wait for is gone: stop waiting. The new epoch will come down, unless the
         // root collects failures: then it waits for this epoch, so the rest of the subtree
         // acknowledges it without the dead child (after the report below).
         let was_waiting = self.waiting.remove(&peer);
-        self.note_suspect(peer, watcher, out);
+        self.note_suspect(peer, why, out);
         if was_waiting && self.cfg.collect {
             self.maybe_ack(out);
         }
@@ -1175,9 +1217,10 @@ impl Membership {
     fn note_suspect<M: From<MemberMsg>>(
         &mut self,
         peer: NodeId,
-        watcher: bool,
+        why: Suspicion,
         out: &mut Outbox<M>,
     ) {
+        let watcher = why == Suspicion::Hung;
         let Some(pos) = self.position(peer).filter(|p| !self.dead.contains(p)) else {
             return;
         };
@@ -1186,7 +1229,11 @@ impl Membership {
             return; // already handled (a second connection to the same peer, say)
         }
         self.suspected.insert(peer, pos);
-        out.report(Event::Member(MemberEvent::Detected { peer, at: self.now }));
+        out.report(Event::Member(MemberEvent::Detected {
+            peer,
+            at: self.now,
+            why,
+        }));
         if self.joining.is_some() {
             return; // not a member yet: nothing to report to
         }
@@ -1344,7 +1391,7 @@ impl Membership {
                     // failure; the next root admits it. When that is this process, at once:
                     // the asker goes round the list and may not come back here before it
                     // gives up and starts a view of its own.
-                    self.suspect(id, out);
+                    self.suspect_as(id, Suspicion::Restarted, out);
                     if self.nb.root == self.me && self.joining.is_none() {
                         self.root_admits(id, epoch, out);
                     } else {
@@ -1527,7 +1574,7 @@ impl Membership {
             if self.grace.spares(now, p).is_some() {
                 self.outstanding.remove(&p);
             } else {
-                self.suspect(p, out);
+                self.suspect_as(p, Suspicion::Unanswered, out);
             }
         }
         if let Some(next) = self.outstanding.values().map(|&(_, d)| d).min() {
@@ -1639,7 +1686,7 @@ impl Protocol for Membership {
             if let Some(p) = hung {
                 // A missed deadline takes the path of a lost connection, reported as by a
                 // tree neighbor: nobody else can see a hung process.
-                self.suspect_as(p, true, out);
+                self.suspect_as(p, Suspicion::Hung, out);
                 self.follow_ring(now, out);
             }
             return;
@@ -1998,8 +2045,19 @@ mod tests {
         m.on_timer(Time(25_000_000), WATCH_TIMER, &mut out);
         assert!(sends(&mut out).is_empty(), "heard 15 ms ago: not yet");
         m.on_timer(Time(35_000_000), WATCH_TIMER, &mut out);
-        let sent = sends(&mut out);
+        let (mut sent, mut why) = (Vec::new(), Vec::new());
+        for a in out.drain() {
+            match a {
+                Action::Send { to, msg } => sent.push((to, msg)),
+                Action::Report(Event::Member(MemberEvent::Detected { peer, why: w, .. })) => {
+                    why.push((peer, w))
+                }
+                _ => {}
+            }
+        }
         assert!(sent.contains(&report_of(8)), "{sent:?}");
+        // The detection says which detector fired: the heartbeat, not a lost connection.
+        assert_eq!(why, [(NodeId(8), Suspicion::Hung)]);
         // The ring closes over the suspect: 7 is watched now (told so with `watch`).
         assert!(
             sent.iter()

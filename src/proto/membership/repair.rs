@@ -60,7 +60,7 @@
 //! A state from a live member of the same view, not its root, that excludes this process is an
 //! old one still on its way (a duplicate, a reordered message), never a reason to leave.
 
-use super::{Asking, Joining, MemberEvent, MemberMsg, Membership, Regroup, JOIN_TIMER};
+use super::{Asking, Joining, MemberEvent, MemberMsg, Membership, Regroup, Suspicion, JOIN_TIMER};
 use crate::proto::{Event, Outbox};
 use crate::NodeId;
 use std::time::Duration;
@@ -113,7 +113,7 @@ impl Membership {
             let kids: Vec<NodeId> = self.waiting.iter().copied().collect();
             if self.waited_rounds > ACK_ROUNDS {
                 for k in kids {
-                    self.suspect(k, out);
+                    self.suspect_as(k, Suspicion::Unanswered, out);
                 }
             } else {
                 for k in kids {
