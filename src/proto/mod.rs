@@ -13,6 +13,7 @@ pub mod agreement;
 pub mod bmg;
 pub mod broadcast;
 pub mod bsp;
+pub mod endpoint;
 pub mod grid;
 pub mod heartbeat;
 pub mod held;

@@ -37,7 +37,8 @@ fn timer_of(t: TimerId, second: bool) -> TimerId {
     TimerId((t.0 << 1) | u32::from(second))
 }
 
-type PairOutbox<A, B> = Outbox<
+/// The outbox of a [`Pair`] of `A` and `B`.
+pub type PairOutbox<A, B> = Outbox<
     Either<<A as Protocol>::Msg, <B as Protocol>::Msg>,
     Either<<A as Protocol>::Event, <B as Protocol>::Event>,
 >;
@@ -51,6 +52,29 @@ impl<A: Protocol, B: Protocol> Pair<A, B> {
             out_a: Outbox::new(),
             out_b: Outbox::new(),
         }
+    }
+
+    /// Let the owner of the pair act on its first side outside a driver's call (a composite
+    /// asking it something it has a method for, not a request), and take what it asked for.
+    pub fn with_first<T>(
+        &mut self,
+        f: impl FnOnce(&mut A, &mut Outbox<A::Msg, A::Event>) -> T,
+        out: &mut PairOutbox<A, B>,
+    ) -> T {
+        let t = f(&mut self.first, &mut self.out_a);
+        self.merge(out);
+        t
+    }
+
+    /// [`Pair::with_first`] for the second side.
+    pub fn with_second<T>(
+        &mut self,
+        f: impl FnOnce(&mut B, &mut Outbox<B::Msg, B::Event>) -> T,
+        out: &mut PairOutbox<A, B>,
+    ) -> T {
+        let t = f(&mut self.second, &mut self.out_b);
+        self.merge(out);
+        t
     }
 
     /// Move what the sides asked for into the pair's outbox, in the order they asked.
