@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use weft::bootstrap::{stdio, PeerList};
 use weft::proto::membership::MembershipConfig;
+use weft::transport::endpoint::{join_launched, LaunchedPlace};
 use weft::transport::process::{run, Entry, NodeProcess};
 use weft::transport::{bind, NodeOptions};
 use weft::wire::handshake::JobKey;
@@ -301,7 +302,6 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         Place::Given { .. } => SocketAddr::from(([127, 0, 0, 1], 0)),
         Place::Launched(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
     });
-    let listener = bind(listen)?;
     // The `listening` line always goes to standard output (weft's own launcher reads it); the
     // reports go to `--log` if given.
     let mut out: Box<dyn std::io::Write> = match &a.log {
@@ -319,17 +319,15 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
         }
         None => Box::new(std::io::stdout()),
     };
-    let (peers, key) = match place {
+    let (peers, key, listener) = match place {
         Place::Launched(launch) => {
-            let env = weft::bootstrap::ProcessEnv;
-            let mine =
-                weft::bootstrap::exchange::advertised(listener.local_addr()?, &launch, &env)?;
-            stdio::announce(&mut std::io::stdout(), mine)?;
             let deadline = std::time::Instant::now()
                 + Duration::from_millis(a.startup_timeout_ms.unwrap_or(60_000));
             let params = membership.params(members.len());
-            let joined =
-                weft::bootstrap::exchange(launch, mine, key, None, &params, &env, deadline)?;
+            let LaunchedPlace { joined, listener } =
+                join_launched(launch, listen, key, &params, deadline, |mine| {
+                    stdio::announce(&mut std::io::stdout(), mine)
+                })?;
             use std::io::Write;
             writeln!(
                 out,
@@ -345,9 +343,10 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
                     "mono_ns": weft::engine::monotonic_ns(),
                 })
             )?;
-            (joined.peers, joined.key)
+            (joined.peers, joined.key, listener)
         }
         Place::Given { peers, .. } => {
+            let listener = bind(listen)?;
             stdio::announce(&mut std::io::stdout(), listener.local_addr()?)?;
             let peers = match peers {
                 Some(p) => p,
@@ -358,7 +357,7 @@ pub fn run_node(a: NodeArgs) -> anyhow::Result<()> {
                 }
                 None => PeerList::default(),
             };
-            (peers, key.expect("checked above"))
+            (peers, key.expect("checked above"), listener)
         }
     };
     let p = NodeProcess {

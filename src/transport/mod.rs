@@ -12,6 +12,7 @@
 //! }).unwrap();
 //! ```
 
+pub mod endpoint;
 pub mod handle;
 pub mod prelude;
 pub mod process;
