@@ -46,6 +46,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (8, "route"),
     (9, "grid"),
     (10, "bsp"),
+    (11, "uniform"),
 ];
 
 /// The first tag left to applications.
@@ -78,6 +79,7 @@ macro_rules! for_each_message {
         $action!($crate::proto::route::RouteMsg);
         $action!($crate::proto::grid::GridMsg);
         $action!($crate::proto::bsp::BspMsg);
+        $action!($crate::proto::uniform::UniformMsg);
     };
 }
 

@@ -30,6 +30,7 @@ pub mod spontaneous;
 pub mod stamped;
 pub mod startup;
 pub mod storage;
+pub mod uniform;
 pub mod views;
 
 pub use message::{Message, Tag};

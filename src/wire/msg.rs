@@ -463,6 +463,24 @@ mod tests {
         }
     }
 
+    impl Samples for crate::proto::uniform::UniformMsg {
+        fn samples() -> Vec<Self> {
+            use crate::proto::uniform::UniformMsg;
+            vec![
+                UniformMsg::Contribute {
+                    k: 3,
+                    value: u64::MAX,
+                    op: 2,
+                },
+                UniformMsg::Decide {
+                    k: 3,
+                    value: 7,
+                    failed: vec![0, 5, 1 << 40],
+                },
+            ]
+        }
+    }
+
     impl Samples for crate::proto::broadcast::OrderMsg {
         fn samples() -> Vec<Self> {
             use crate::proto::broadcast::{Entry, OrderMsg as O, Term, What};
