@@ -127,3 +127,46 @@ fn a_rank_outside_the_job_fails_at_once() {
     });
     assert_eq!(why, RouteFailure::NoSuchRank);
 }
+
+#[test]
+fn survivors_agree_once_and_alike_when_the_root_dies_during_the_call() {
+    const N: u32 = 6;
+    let mut job = Endpoint::on_loopback(N as usize, &EndpointConfig::default()).unwrap();
+    for ep in &job {
+        assert_eq!(ep.agree(1 << ep.rank().0, AgreeOp::Or), 0);
+    }
+    // Rank 0, the membership's root and so the agreement's, dies during the call.
+    job.remove(0).stop().unwrap();
+    let decided = |ep: &Endpoint, k: u64| {
+        wait(ep, "the agreement", |e| match e {
+            EndpointEvent::Agreed {
+                k: got,
+                value,
+                failed,
+            } => {
+                assert_eq!(got, k, "rank {}: instances in order", ep.rank().0);
+                Some((value, failed))
+            }
+            _ => None,
+        })
+    };
+    let first: Vec<(u64, Vec<Rank>)> = job.iter().map(|ep| decided(ep, 0)).collect();
+    let (value, failed) = &first[0];
+    assert!(
+        first.iter().all(|d| d == &first[0]),
+        "one decision: {first:?}"
+    );
+    // Decided before rank 0 died (with its bit, nobody failed) or after (without it).
+    let expected = (0..N)
+        .filter(|&r| !failed.contains(&Rank(r)))
+        .fold(0, |acc, r| acc | 1 << r);
+    assert_eq!(*value, expected, "{first:?}");
+    assert!(failed.is_empty() || failed == &[Rank(0)], "{first:?}");
+    // The next agreement is among the survivors, and names the dead.
+    for ep in &job {
+        assert_eq!(ep.agree(u64::MAX, AgreeOp::And), 1);
+    }
+    for ep in &job {
+        assert_eq!(decided(ep, 1), (u64::MAX, vec![Rank(0)]));
+    }
+}

@@ -15,6 +15,7 @@
 use super::membership::{MemberEvent, MemberMsg, Membership, MembershipConfig, Suspicion};
 use super::pair::{Either, Pair, PairOutbox};
 use super::route::{Route, RouteConfig, RouteEvent, RouteFailure, RouteMsg, RouteRequest};
+use super::uniform::{AgreeOp, Decision, Uniform, UniformMsg};
 use super::{Action, Event, Outbox, Protocol, Time, TimerId};
 use crate::buf::Payload;
 use crate::{NodeId, Rank};
@@ -95,6 +96,16 @@ pub enum EndpointEvent {
         /// The rank (this rank itself, once it has left).
         who: Rank,
     },
+    /// Instance `k` of [`EndpointRequest::Agree`] is decided: the same `value` and `failed`
+    /// at every rank that reports it (uniform agreement among the view's survivors).
+    Agreed {
+        /// The instance: this rank's `k`-th agreement, counted from 0.
+        k: u64,
+        /// The operation folded over every survivor's value.
+        value: u64,
+        /// The job's ranks outside the view it was decided in (failed, or left), ascending.
+        failed: Vec<Rank>,
+    },
     /// At the view's root: every member acknowledged the view of `epoch`.
     Stabilized {
         /// The epoch.
@@ -124,6 +135,16 @@ pub enum EndpointRequest {
     /// Leave the job on purpose: the others install a view without this rank, and this rank
     /// reports its own [`EndpointEvent::Left`].
     Leave,
+    /// Agree with every survivor on `op` over each one's `value`, and on who failed
+    /// (ULFM's `MPIX_Comm_agree`): every live rank makes the call, in the same order, and
+    /// each hears [`EndpointEvent::Agreed`] once; it completes despite failures during it.
+    /// Make the next call once the last is decided.
+    Agree {
+        /// This rank's value.
+        value: u64,
+        /// How the values combine.
+        op: AgreeOp,
+    },
 }
 
 /// How an endpoint's membership and routing run.
@@ -151,6 +172,10 @@ pub struct Service {
     both: Pair<Membership, Route>,
     /// What the pair asked for in the current call, before it is spoken in ranks.
     inner: PairOutbox<Membership, Route>,
+    /// The agreements, fed the membership's views.
+    uniform: Uniform,
+    /// What they asked for in the current call.
+    agreed: Outbox<UniformMsg, Decision>,
     /// The job's ranks: rank `r` is `ring[r]` (sorted).
     ring: Arc<[NodeId]>,
     me: Rank,
@@ -161,8 +186,9 @@ pub struct Service {
     gone: bool,
 }
 
-/// The service's messages: the membership's and the router's, each read by its tag.
-pub type ServiceMsg = Either<MemberMsg, RouteMsg>;
+/// The service's messages: the membership's and the router's, and the agreements', each
+/// read by its tag.
+pub type ServiceMsg = Either<Either<MemberMsg, RouteMsg>, UniformMsg>;
 
 impl Service {
     /// The service of rank `me` in a job whose processes are `ring` (sorted ids; rank `r` is
@@ -177,6 +203,8 @@ impl Service {
         Self {
             both: Pair::new(member, route),
             inner: Outbox::new(),
+            uniform: Uniform::new(id, ring.to_vec()),
+            agreed: Outbox::new(),
             ring,
             me,
             view,
@@ -206,22 +234,38 @@ impl Service {
 
     /// The rank of `id`, if it is one of the job's processes.
     fn rank_of(&self, id: NodeId) -> Option<Rank> {
-        self.ring.binary_search(&id).ok().map(|r| Rank(r as u32))
+        rank_in(&self.ring, id)
     }
 
     /// Move what the pair asked for into `out`: messages and timers as they are, events in
     /// ranks. A view goes to the router before anything else happens, which may ask for more
     /// (it fails what it held for the excluded): that is taken too, in order.
     fn speak(&mut self, now: Time, out: &mut Outbox<ServiceMsg, EndpointEvent>) {
-        while !self.inner.is_empty() {
+        while !self.inner.is_empty() || !self.agreed.is_empty() {
             let actions: Vec<_> = self.inner.drain().collect();
             for a in actions {
                 match a {
-                    Action::Send { to, msg } => out.send(to, msg),
+                    Action::Send { to, msg } => out.send(to, Either::First(msg)),
                     Action::SetTimer { timer, after } => out.set_timer(timer, after),
                     Action::CancelTimer(t) => out.cancel_timer(t),
                     Action::Report(Either::First(e)) => self.member_news(now, e, out),
                     Action::Report(Either::Second(e)) => self.route_news(e, out),
+                }
+            }
+            for a in self.agreed.drain() {
+                match a {
+                    Action::Send { to, msg } => out.send(to, Either::Second(msg)),
+                    Action::Report(d) => out.report(EndpointEvent::Agreed {
+                        k: d.k,
+                        value: d.value,
+                        failed: d
+                            .failed
+                            .iter()
+                            .filter_map(|&i| rank_in(&self.ring, i))
+                            .collect(),
+                    }),
+                    // The agreements arm no timers: a view change is what moves them on.
+                    Action::SetTimer { .. } | Action::CancelTimer(_) => {}
                 }
             }
         }
@@ -254,6 +298,7 @@ impl Service {
                     Either::Second(RouteRequest::View(live)),
                     &mut self.inner,
                 );
+                self.uniform.on_view(&view[..], root, &mut self.agreed);
                 let members: Arc<[Rank]> = view.iter().filter_map(|&i| self.rank_of(i)).collect();
                 let old = std::mem::replace(&mut self.view, members.clone());
                 out.report(EndpointEvent::ViewInstalled {
@@ -312,6 +357,11 @@ impl Service {
     }
 }
 
+/// The rank of `id` in a job of `ring` (sorted ids).
+fn rank_in(ring: &[NodeId], id: NodeId) -> Option<Rank> {
+    ring.binary_search(&id).ok().map(|r| Rank(r as u32))
+}
+
 impl Protocol for Service {
     type Msg = ServiceMsg;
     type Event = EndpointEvent;
@@ -329,7 +379,14 @@ impl Protocol for Service {
         msg: ServiceMsg,
         out: &mut Outbox<ServiceMsg, EndpointEvent>,
     ) {
-        self.both.on_message(now, from, msg, &mut self.inner);
+        match msg {
+            Either::First(m) => self.both.on_message(now, from, m, &mut self.inner),
+            Either::Second(m) => {
+                let (view, root) = (self.both.first.view(), self.both.first.root());
+                self.uniform
+                    .on_message(from, m, view, root, &mut self.agreed);
+            }
+        }
         self.speak(now, out);
     }
 
@@ -356,6 +413,11 @@ impl Protocol for Service {
                 self.both.with_first(|m, o| m.leave(o), &mut self.inner);
                 return self.speak(now, out);
             }
+            EndpointRequest::Agree { value, op } => {
+                let (view, root) = (self.both.first.view(), self.both.first.root());
+                self.uniform.agree(value, op, view, root, &mut self.agreed);
+                return self.speak(now, out);
+            }
         };
         self.both
             .on_request(now, Either::Second(req), &mut self.inner);
@@ -373,97 +435,5 @@ impl Protocol for Service {
 
     fn prefetch(&self) {
         self.both.prefetch();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sim::timed::{Net, TimedConfig, TimedWorld};
-
-    const MS: u64 = 1_000_000;
-
-    /// The service under the simulator: a send arrives and is confirmed, a killed rank leaves
-    /// every survivor's view (named once, after the view), and a send to it then fails.
-    #[test]
-    fn a_kill_is_one_view_change_everywhere_and_fails_later_sends() {
-        let n = 16u32;
-        let ring: Arc<[NodeId]> = (0..u64::from(n)).map(NodeId).collect();
-        let cfg = ServiceConfig {
-            membership: MembershipConfig {
-                heartbeat: None,
-                ..MembershipConfig::default()
-            },
-            ..ServiceConfig::default()
-        };
-        let nodes = (0..n)
-            .map(|r| Service::new(Rank(r), ring.clone(), cfg, Duration::ZERO))
-            .collect();
-        let net = TimedConfig {
-            net: Net::Constant {
-                l: Duration::from_micros(5),
-            },
-            ocp: Duration::from_micros(1),
-            send: Duration::ZERO,
-            detect: Duration::from_micros(50),
-        };
-        let mut w = TimedWorld::new(nodes, net);
-        w.start();
-        let send = |to, tag| EndpointRequest::Send {
-            to: Rank(to),
-            tag,
-            data: Payload::from(&b"x"[..]),
-        };
-        w.request_at(MS, 0, send(9, 1));
-        w.kill_at(2 * MS, 5);
-        w.request_at(50 * MS, 0, send(5, 2));
-        while w.peek_time().is_some_and(|t| t < 100 * MS) {
-            w.step();
-        }
-        let reports = w.take_reports();
-        let of = |i: u32| reports.iter().filter(move |r| r.0 == i).map(|r| &r.2);
-        assert!(of(9).any(|e| matches!(
-            e,
-            EndpointEvent::Received {
-                from: Rank(0),
-                tag: 1,
-                ..
-            }
-        )));
-        assert!(of(0).any(|e| matches!(
-            e,
-            EndpointEvent::Delivered {
-                to: Rank(9),
-                tag: 1,
-                ..
-            }
-        )));
-        assert!(of(0).any(|e| matches!(
-            e,
-            EndpointEvent::Failed {
-                to: Rank(5),
-                tag: 2,
-                why: RouteFailure::Dead
-            }
-        )));
-        let live: Vec<Rank> = (0..n).filter(|&r| r != 5).map(Rank).collect();
-        for r in live.iter().map(|r| r.0) {
-            let news: Vec<&EndpointEvent> = of(r)
-                .filter(|e| {
-                    matches!(
-                        e,
-                        EndpointEvent::ViewInstalled { .. } | EndpointEvent::Left { .. }
-                    )
-                })
-                .collect();
-            assert!(
-                matches!(
-                    news[..],
-                    [EndpointEvent::ViewInstalled { members, .. }, EndpointEvent::Left { who: Rank(5) }]
-                        if members[..] == live[..]
-                ),
-                "rank {r}: {news:?}"
-            );
-        }
     }
 }

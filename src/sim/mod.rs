@@ -11,6 +11,8 @@ pub mod bsp;
 #[cfg(test)]
 mod bsp_node_tests;
 pub mod churn;
+#[cfg(test)]
+mod endpoint_tests;
 pub mod faultnet;
 pub mod faults;
 pub mod route;

@@ -29,6 +29,7 @@ use crate::buf::Payload;
 use crate::engine::reactor::NodeEvent;
 use crate::engine::EngineError;
 use crate::proto::endpoint::{EndpointEvent, EndpointRequest, Service, ServiceConfig};
+use crate::proto::uniform::AgreeOp;
 use crate::wire::handshake::JobKey;
 use crate::{NodeId, Rank};
 use std::cell::Cell;
@@ -118,6 +119,7 @@ pub struct Endpoint {
     rank: Rank,
     size: u32,
     next_tag: Cell<u64>,
+    next_agree: Cell<u64>,
 }
 
 impl Endpoint {
@@ -149,6 +151,7 @@ impl Endpoint {
             rank,
             size: ring.len() as u32,
             next_tag: Cell::new(0),
+            next_agree: Cell::new(0),
         })
     }
 
@@ -244,6 +247,17 @@ impl Endpoint {
     /// reports its own `Left` once that view is in place.
     pub fn leave(&self) {
         self.node.request(EndpointRequest::Leave);
+    }
+
+    /// Agree with every survivor on `op` over each one's `value`, and on who failed: every
+    /// live rank calls it, in the same order, once the last call is decided; each hears
+    /// `Agreed` with the same value and failed set (ULFM's `MPIX_Comm_agree`, under any
+    /// launcher). Returns the instance number its `Agreed` carries.
+    pub fn agree(&self, value: u64, op: AgreeOp) -> u64 {
+        let k = self.next_agree.get();
+        self.next_agree.set(k + 1);
+        self.node.request(EndpointRequest::Agree { value, op });
+        k
     }
 
     /// The next event: the endpoint's, or the transport's news (a connection refused; a

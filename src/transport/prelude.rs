@@ -21,6 +21,7 @@ pub use crate::proto::endpoint::{EndpointEvent, ServiceConfig};
 pub use crate::proto::membership::{MembershipConfig, Suspicion};
 pub use crate::proto::message::{Message, Tag, APP_TAGS};
 pub use crate::proto::route::{RouteConfig, RouteEvent, RouteFailure};
+pub use crate::proto::uniform::AgreeOp;
 pub use crate::proto::{Action, NoRequest, Outbox, Protocol, Time, TimerId};
 pub use crate::storage::StorageConfig;
 pub use crate::storage::StorageEvent;
