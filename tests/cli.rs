@@ -1401,3 +1401,44 @@ fn bsp_run_keeps_the_fault_free_result_through_kills_on_real_nodes() {
         assert!(err.contains(named), "{err}");
     }
 }
+
+#[test]
+fn bench_agree_decides_alike_with_the_root_killed_during_the_call() {
+    let out = succeed(&[
+        "bench",
+        "agree",
+        "--nodes",
+        "8,32",
+        "--fail-during",
+        "1",
+        "--repeat",
+        "3",
+        "--seed",
+        "5",
+        "--json",
+    ]);
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        has_fields(
+            r,
+            &[
+                "nodes",
+                "fail_during",
+                "victims",
+                "trials",
+                "agreed",
+                "agree",
+                "ts",
+                "failed_named",
+            ],
+        );
+        assert_eq!(r["agreed"], true, "{r}");
+        assert_eq!(r["victims"], "root");
+        assert!(r["agree"]["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["ts"]["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let out = weft(&["bench", "agree", "--nodes", "4", "--fail-during", "4"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fail-during 4"));
+}

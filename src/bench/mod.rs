@@ -25,6 +25,7 @@
 //! - [`validate`]: the ICS'06 latency models against the measured Ts;
 //! - [`ida`]: the coding core's throughput beside `memcpy` (and ISA-L).
 
+pub mod agree;
 pub mod bare_wave;
 pub mod bmg;
 pub mod bmg_procs;

@@ -13,6 +13,7 @@ macro_rules! say {
     }};
 }
 
+pub mod bench_agree;
 pub mod bench_bmg;
 pub mod bench_bmg_node;
 pub mod bench_broadcast;
@@ -207,6 +208,9 @@ pub enum BenchCommand {
     /// In-memory checkpoints: every node protects a state, some are killed, survivors rebuild
     /// them; weft's IDA neighborhoods beside partner copy and SCR-style XOR sets.
     Checkpoint(bench_checkpoint::BenchCheckpointArgs),
+    /// The endpoint's uniform agreement (ULFM's agree) with nodes killed during the call,
+    /// beside the membership's Ts in the same trials.
+    Agree(bench_agree::BenchAgreeArgs),
     /// Routing over the BMG: messages to any rank and a broadcast around killed nodes, a hop's
     /// cost beside the engine's one-way latency.
     Route(bench_route::BenchRouteArgs),
@@ -260,6 +264,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(BenchCommand::Stabilize(args)) => bench_stabilize::run(args),
         Command::Bench(BenchCommand::Checkpoint(args)) => bench_checkpoint::run(args),
+        Command::Bench(BenchCommand::Agree(args)) => bench_agree::run(args),
         Command::Bench(BenchCommand::Route(args)) => bench_route::run(args),
         Command::Bench(BenchCommand::Bmg(args)) => bench_bmg::run(args),
         Command::Bench(BenchCommand::BmgNode(args)) => bench_bmg_node::run(args),
