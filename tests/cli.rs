@@ -521,6 +521,12 @@ fn ping_json_has_the_documented_fields_for_weft_and_its_peer() {
         assert_eq!(r["congestion"], rows[0]["congestion"], "{r}");
         assert!(r["p50_us"].as_f64().unwrap() > 0.0);
         assert!(r["p50_us"].as_f64() <= r["p99_us"].as_f64(), "{r}");
+        let api = if r["backend"] == "std-busy" {
+            "peer"
+        } else {
+            "protocol"
+        };
+        assert_eq!(r["api"], api, "{r}");
         // weft's rows carry the per-round ratios (one per round); the peer's do not.
         for key in ["p50_ratio", "mb_ratio"] {
             if r["backend"] == "std-busy" {
@@ -1441,4 +1447,48 @@ fn bench_agree_decides_alike_with_the_root_killed_during_the_call() {
     let out = weft(&["bench", "agree", "--nodes", "4", "--fail-during", "4"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fail-during 4"));
+}
+
+#[test]
+fn ping_compares_the_endpoint_with_a_hand_written_protocol() {
+    let out = succeed(&[
+        "ping",
+        "--sizes",
+        "32,65536",
+        "--iters",
+        "200",
+        "--transport",
+        "tcp",
+        "--compare-api",
+        "--rounds",
+        "2",
+        "--json",
+    ]);
+    let rows = json_lines(&out);
+    let apis: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| (r["api"].as_str().unwrap(), r["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        apis,
+        [
+            ("protocol", 32),
+            ("protocol", 65536),
+            ("endpoint", 32),
+            ("endpoint", 65536)
+        ]
+    );
+    for r in &rows {
+        assert_eq!(r["iters"], 200, "{r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+        // The endpoint's rows carry its ratios over the protocol's, one per round.
+        let rated = r["api"] == "endpoint";
+        assert_eq!(r.get("p50_ratio").is_some(), rated, "{r}");
+        if rated {
+            assert_eq!(r["p50_ratio"]["n"], 2, "{r}");
+        }
+    }
+    let out = weft(&["ping", "--api", "endpoint", "--compare"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--compare-api"));
 }

@@ -49,6 +49,11 @@ pub struct PingRow {
     /// Likewise weft's MB/s over the peer's (higher is better).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mb_ratio: Option<MedianInterval>,
+    /// What carried the round trips: `protocol` (a sans-IO ping-pong that answers on the
+    /// reactor), `endpoint` (`weft::Endpoint`'s send and receive, answered by the application
+    /// thread), or `peer` for the peer's rows. With `--compare-api`, the endpoint rows'
+    /// ratios are over the protocol's.
+    pub api: &'static str,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -85,6 +90,7 @@ fn rows_from(
                 p50_ratio: None,
                 mb_ratio: None,
                 bulk_mac: false,
+                api: "protocol",
             })
         })
         .collect()
@@ -194,18 +200,158 @@ pub fn compare(
             row.mb_ratio = median_interval(mb);
         }
     }
-    Ok((
-        weft,
-        rows_from(
-            &peers,
-            sizes,
-            peer_name,
-            peer_transport,
-            "busy",
-            &peer_cc,
-            peer_steal.pct(),
-        ),
-    ))
+    let mut peer_rows = rows_from(
+        &peers,
+        sizes,
+        peer_name,
+        peer_transport,
+        "busy",
+        &peer_cc,
+        peer_steal.pct(),
+    );
+    peer_rows.iter_mut().for_each(|r| r.api = "peer");
+    Ok((weft, peer_rows))
+}
+
+/// Round trips through [`crate::transport::endpoint::Endpoint`]'s service: rank 0's
+/// application sends `size` bytes to rank 1, whose application sends them back when it reads
+/// them; both applications are this thread, reading the nodes' events as an embedding
+/// runtime's thread would. Every send is routed and acknowledged, as the endpoint's are.
+pub fn endpoint(
+    sizes: &[usize],
+    iters: u64,
+    opts: NodeOptions,
+) -> Result<Vec<PingRow>, EngineError> {
+    let steal = StealMeter::start();
+    let (rtts, backend, transport) = endpoint_rtts(sizes, iters, opts.clone())?;
+    let congestion = crate::engine::congestion::resolve(opts.reactor.congestion.as_deref())?;
+    let wait = opts.reactor.wait.to_string();
+    let mut rows = rows_from(
+        &rtts,
+        sizes,
+        &backend,
+        &transport,
+        &wait,
+        &congestion,
+        steal.pct(),
+    );
+    rows.iter_mut().for_each(|r| r.api = "endpoint");
+    Ok(rows)
+}
+
+/// The protocol's ping-pong ([`engine`]) and the endpoint's ([`endpoint`]) taking turns in
+/// `rounds` rounds, as [`compare`] does with a peer: the endpoint's rows carry the per-round
+/// ratios over the protocol's. Returns the protocol's rows and the endpoint's.
+pub fn compare_api(
+    sizes: &[usize],
+    iters: u64,
+    rounds: u64,
+    opts: NodeOptions,
+) -> Result<(Vec<PingRow>, Vec<PingRow>), EngineError> {
+    let cc = crate::engine::congestion::resolve(opts.reactor.congestion.as_deref())?;
+    let wait = opts.reactor.wait.to_string();
+    let rounds = rounds.clamp(1, iters.max(1));
+    let (mut protocol, mut endpoint) = (HashMap::new(), HashMap::new());
+    let mut per_round: HashMap<usize, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    let (mut ran_on, mut transport) = (Vec::new(), String::new());
+    for r in 0..rounds {
+        let n = iters / rounds + u64::from(r < iters % rounds);
+        let (p, backend, went) = engine_rtts(sizes, n, opts.clone())?;
+        let (e, _, _) = endpoint_rtts(sizes, n, opts.clone())?;
+        let p_now = rows_from(&p, sizes, &backend, &went, &wait, &cc, None);
+        let e_now = rows_from(&e, sizes, &backend, &went, &wait, &cc, None);
+        for (p, e) in p_now.iter().zip(&e_now) {
+            let (p50, mb) = per_round.entry(p.size).or_default();
+            p50.push(e.p50_us / p.p50_us);
+            mb.push(e.mb_per_s / p.mb_per_s);
+        }
+        ran_on.push(backend);
+        transport = went;
+        merge(&mut protocol, p);
+        merge(&mut endpoint, e);
+    }
+    let backend = crate::transport::backend_name(&ran_on);
+    let protocol = rows_from(&protocol, sizes, &backend, &transport, &wait, &cc, None);
+    let mut endpoint = rows_from(&endpoint, sizes, &backend, &transport, &wait, &cc, None);
+    for row in &mut endpoint {
+        row.api = "endpoint";
+        if let Some((p50, mb)) = per_round.get(&row.size) {
+            row.p50_ratio = median_interval(p50);
+            row.mb_ratio = median_interval(mb);
+        }
+    }
+    Ok((protocol, endpoint))
+}
+
+fn endpoint_rtts(
+    sizes: &[usize],
+    iters: u64,
+    opts: NodeOptions,
+) -> Result<(Rtts, String, String), EngineError> {
+    use crate::buf::Payload;
+    use crate::proto::endpoint::{EndpointEvent, EndpointRequest, Service, ServiceConfig};
+    use crate::{NodeId, Rank};
+    let service = ServiceConfig::default();
+    let opts = NodeOptions {
+        pin: true,
+        params: service.membership.params(2),
+        ..opts
+    };
+    let ring: std::sync::Arc<[NodeId]> = [NodeId(0), NodeId(1)].into();
+    let cluster = Cluster::start(2, opts, move |i, _| {
+        Service::new(Rank(i as u32), ring.clone(), service, Duration::ZERO)
+    })?;
+    let warmup = (iters / 10).clamp(10, 1000);
+    let stalled = || EngineError::Io(std::io::Error::other("endpoint ping stalled for 60 s"));
+    let mut rtts: Rtts = HashMap::new();
+    let mut tag = 0;
+    for &size in sizes {
+        let data = Payload::from(vec![0x5a; size]);
+        for i in 0..warmup + iters {
+            let start = Instant::now();
+            tag += 1;
+            cluster.nodes[0].request(EndpointRequest::Send {
+                to: Rank(1),
+                tag,
+                data: data.clone(),
+            });
+            loop {
+                let (at, e) = cluster
+                    .events
+                    .recv_timeout(Duration::from_secs(60))
+                    .map_err(|_| stalled())?;
+                match e {
+                    NodeEvent::Protocol(EndpointEvent::Received { data, tag, .. }) if at.0 == 1 => {
+                        cluster.nodes[1].request(EndpointRequest::Send {
+                            to: Rank(0),
+                            tag,
+                            data,
+                        });
+                    }
+                    NodeEvent::Protocol(EndpointEvent::Received { .. }) => break,
+                    NodeEvent::Protocol(EndpointEvent::Failed { to, why, .. }) => {
+                        return Err(EngineError::Io(std::io::Error::other(format!(
+                            "a ping to {to:?} failed: {why:?}"
+                        ))));
+                    }
+                    NodeEvent::Suspect(p) => {
+                        return Err(EngineError::Io(std::io::Error::other(format!(
+                            "lost {p} during ping"
+                        ))));
+                    }
+                    _ => {}
+                }
+            }
+            if i >= warmup {
+                let rtt = start.elapsed().as_nanos() as u64;
+                rtts.entry(size).or_default().push(rtt);
+            }
+        }
+    }
+    let backend = cluster.backend_name();
+    let transport = cluster.transport.to_string();
+    cluster.shutdown()?;
+    Ok((rtts, backend, transport))
 }
 
 /// What weft's ping-pong is put beside.

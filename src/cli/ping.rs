@@ -4,7 +4,7 @@
 use super::checks;
 use super::values::{BackendArg, TransportArg, WaitArg};
 use clap::Args;
-use weft::bench::ping::{compare, engine, Peer, PingRow};
+use weft::bench::ping::{compare, compare_api, endpoint, engine, Peer, PingRow};
 use weft::engine::Backend;
 use weft::transport::NodeOptions;
 
@@ -19,6 +19,15 @@ enum PeerArg {
     Std,
     /// Open MPI's ping-pong through its shared-memory BTL (vader), built with mpicc.
     Vader,
+}
+
+/// `weft ping --api`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ApiArg {
+    /// A sans-IO ping-pong protocol, answering on the reactor.
+    Protocol,
+    /// `weft::Endpoint`'s routed, acknowledged sends, answered by the application's thread.
+    Endpoint,
 }
 
 /// Arguments of `weft ping`.
@@ -65,7 +74,7 @@ pub struct PingArgs {
     /// With --compare: weft and the peer take turns in this many rounds of iters/rounds round
     /// trips each, so that the host's slow and fast spells fall on both; each round gives a
     /// ratio, and their median comes with a 95% interval (6 rounds or more).
-    #[arg(long, requires = "compare")]
+    #[arg(long)]
     rounds: Option<u64>,
     /// TCP congestion control of weft's connections ("system": the machine's default).
     #[arg(long, default_value = weft::engine::congestion::PREFERRED)]
@@ -78,6 +87,19 @@ pub struct PingArgs {
     /// the engines are compared; "system": what a plain program gets).
     #[arg(long)]
     peer_congestion: Option<String>,
+    /// What carries the round trips: a hand-written protocol, or the endpoint a runtime
+    /// embeds.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "protocol",
+        conflicts_with = "compare_api"
+    )]
+    api: ApiArg,
+    /// Run the protocol's and the endpoint's ping-pong taking turns (--rounds), and print the
+    /// endpoint's per-round ratios over the protocol's.
+    #[arg(long, conflicts_with = "compare")]
+    compare_api: bool,
     /// One JSON object per size.
     #[arg(long)]
     json: bool,
@@ -124,7 +146,20 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         },
         ..NodeOptions::default()
     };
-    let (ours, peer) = if a.compare {
+    anyhow::ensure!(
+        a.rounds.is_none() || a.compare || a.compare_api,
+        "--rounds goes with --compare or --compare-api"
+    );
+    anyhow::ensure!(
+        !(a.compare && a.api == ApiArg::Endpoint),
+        "--compare runs the protocol's ping-pong beside a peer; the endpoint's is compared \
+         with the protocol's (--compare-api)"
+    );
+    let (ours, peer) = if a.compare_api {
+        compare_api(&a.sizes, a.iters, rounds, opts)?
+    } else if a.api == ApiArg::Endpoint {
+        (endpoint(&a.sizes, a.iters, opts)?, Vec::new())
+    } else if a.compare {
         let peer_cc = super::congestion_arg(a.peer_congestion.as_deref().unwrap_or(&a.congestion));
         let in_process = weft::transport::Transport::chosen(opts.transport)
             .map_err(anyhow::Error::msg)?
@@ -179,8 +214,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         ),
     }
     say!(
-        "{:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
+        "{:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
         "size",
+        "api",
         "transport",
         "backend",
         "wait",
@@ -193,8 +229,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     );
     let show = |r: &PingRow| {
         say!(
-            "{:>8} {:>9} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8} {:>7}",
+            "{:>8} {:>8} {:>9} {:>9} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>8} {:>7}",
             r.size,
+            r.api,
             r.transport,
             r.backend,
             r.wait,
@@ -209,10 +246,12 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     ours.iter().for_each(show);
     if !peer.is_empty() {
         peer.iter().for_each(show);
-        say!(
-            "\nweft / {}: the median of the per-round ratios [its 95% interval]",
-            peer[0].backend
-        );
+        let (who, them) = if a.compare_api {
+            ("endpoint", "protocol".to_string())
+        } else {
+            ("weft", peer[0].backend.clone())
+        };
+        say!("\n{who} / {them}: the median of the per-round ratios [its 95% interval]");
         say!("(p50 latency: lower is better; bandwidth: higher is better)");
         let interval = |m: &Option<weft::metrics::MedianInterval>| {
             m.map_or("-".to_string(), |m| {
@@ -225,7 +264,8 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
                 )
             })
         };
-        for o in &ours {
+        let rated = if a.compare_api { &peer } else { &ours };
+        for o in rated {
             say!(
                 "{:>8} B  p50 {}   MB/s {}",
                 o.size,
