@@ -24,6 +24,18 @@ pub trait Message: Sized + Send + 'static {
     /// them. Control messages (membership, overlay, broadcast) always carry one.
     const BULK: bool = false;
 
+    /// A second tag, for a protocol whose messages are part control, part bulk (the router:
+    /// acknowledgements and the application's data): its messages for which [`Message::is_bulk`]
+    /// holds travel under this tag and carry a MAC only under bulk integrity, the rest under
+    /// [`Message::TAG`] with one always. A frame of this tag that reads back as a control
+    /// message is refused, so a control message cannot come without its MAC.
+    const BULK_TAG: Option<Tag> = None;
+
+    /// Whether this message is bulk data ([`Message::BULK`] for a protocol of one tag).
+    fn is_bulk(&self) -> bool {
+        Self::BULK
+    }
+
     /// The payload a sender may splice into its send queue by reference instead of copying
     /// (the bytes the serializer will meet); `None` for messages without one.
     fn payload(&self) -> Option<&Payload> {
@@ -47,6 +59,7 @@ pub const TAGS: &[(Tag, &str)] = &[
     (9, "grid"),
     (10, "bsp"),
     (11, "uniform"),
+    (12, "route"),
 ];
 
 /// The first tag left to applications.
@@ -109,9 +122,13 @@ mod tests {
             ($m:ty) => {
                 assert!(listed::<$m>(), "{} is not in TAGS", <$m as Message>::NAME);
                 walked.push((<$m as Message>::TAG, <$m as Message>::NAME));
+                if let Some(bulk) = <$m as Message>::BULK_TAG {
+                    walked.push((bulk, <$m as Message>::NAME));
+                }
             };
         }
         crate::for_each_message!(note);
+        walked.sort_unstable();
         assert_eq!(walked, TAGS);
     }
 }

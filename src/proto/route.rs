@@ -105,6 +105,14 @@ mod wire_form {
 impl super::Message for RouteMsg {
     const TAG: super::Tag = 8;
     const NAME: &'static str = "route";
+    /// The application's data (`Data`, `Flood`) is bulk, as ping-pong payloads are: its
+    /// frames carry a MAC only under bulk integrity (`NodeOptions::bulk_mac`), since hashing
+    /// a megabyte costs more than moving it. Acknowledgements and `Unreachable` keep theirs.
+    const BULK_TAG: Option<super::Tag> = Some(12);
+
+    fn is_bulk(&self) -> bool {
+        matches!(self, RouteMsg::Data { .. } | RouteMsg::Flood { .. })
+    }
 
     fn payload(&self) -> Option<&Payload> {
         match self {

@@ -62,7 +62,11 @@ where
         + for<'f> Deserialize<M, Strategy<FrameShare<'f>, Failure>>,
 {
     fn reads(tag: Tag) -> Option<(&'static str, bool)> {
-        (tag == M::TAG).then_some((M::NAME, M::BULK))
+        if tag == M::TAG {
+            Some((M::NAME, M::BULK && M::BULK_TAG.is_none()))
+        } else {
+            (Some(tag) == M::BULK_TAG).then_some((M::NAME, true))
+        }
     }
 
     fn name() -> &'static str {
@@ -71,23 +75,42 @@ where
 
     #[inline]
     fn bulk(&self) -> bool {
-        M::BULK
+        self.is_bulk()
     }
 
     fn push_onto(&self, q: &mut SendQueue, mac: Option<&mut FrameMac>) -> Result<(), WireError> {
-        q.push_framed(self, M::TAG, mac)
+        let tag = match M::BULK_TAG {
+            Some(bulk) if self.is_bulk() => bulk,
+            _ => M::TAG,
+        };
+        q.push_framed(self, tag, mac)
     }
 
     fn read(frame: &Frame) -> Result<Self, WireError> {
-        if frame.tag != M::TAG {
+        let bulk_tag = Some(frame.tag) == M::BULK_TAG;
+        if frame.tag != M::TAG && !bulk_tag {
             return Err(WireError::WrongProtocol {
                 tag: frame.tag,
                 want: M::NAME,
             });
         }
         let archived = access::<M>(frame.body())?;
-        rkyv::api::deserialize_using::<M, _, Failure>(archived, &mut FrameShare(frame))
-            .map_err(|_| WireError::Malformed(format!("{} message does not read back", M::NAME)))
+        let msg = rkyv::api::deserialize_using::<M, _, Failure>(archived, &mut FrameShare(frame))
+            .map_err(|_| {
+            WireError::Malformed(format!("{} message does not read back", M::NAME))
+        })?;
+        // Each tag carries its own kind: a control message under the bulk tag would have
+        // come without the MAC its kind always has, and bulk under the control tag is not
+        // what any sender of this version writes.
+        if M::BULK_TAG.is_some() && bulk_tag != msg.is_bulk() {
+            return Err(WireError::Malformed(format!(
+                "a {} {} message under tag {}",
+                M::NAME,
+                if msg.is_bulk() { "bulk" } else { "control" },
+                frame.tag
+            )));
+        }
+        Ok(msg)
     }
 }
 
@@ -230,10 +253,43 @@ mod tests {
         dec.push(&bytes);
         let mut back = Vec::new();
         while let Some(f) = dec.next_frame().unwrap() {
-            assert_eq!(f.tag, M::TAG);
-            back.push(M::read(&f).unwrap());
+            let m = M::read(&f).unwrap();
+            let tag = match M::BULK_TAG {
+                Some(bulk) if m.is_bulk() => bulk,
+                _ => M::TAG,
+            };
+            assert_eq!(f.tag, tag, "{m:?}");
+            back.push(m);
         }
         assert_eq!(back, msgs);
+    }
+
+    /// The router's data travels under its bulk tag, its acknowledgements under its control
+    /// tag, and a frame whose tag does not match its kind is refused: a control message cannot
+    /// come under the tag whose frames need no MAC.
+    #[test]
+    fn each_of_the_routers_tags_carries_its_own_kind() {
+        use crate::proto::route::RouteMsg;
+        let samples = RouteMsg::samples();
+        assert_eq!(RouteMsg::reads(RouteMsg::TAG), Some(("route", false)));
+        assert_eq!(RouteMsg::reads(12), Some(("route", true)));
+        for m in &samples {
+            let mut bytes = Vec::new();
+            write_frame(m, &mut bytes).unwrap();
+            let theirs = if m.is_bulk() { 12 } else { RouteMsg::TAG };
+            assert_eq!(bytes[6], theirs, "{m:?}");
+            // The same body under the other tag.
+            bytes[6] = if m.is_bulk() { RouteMsg::TAG } else { 12 };
+            let mut dec = FrameDecoder::new(1 << 20);
+            dec.push(&bytes);
+            let f = dec.next_frame().unwrap().unwrap();
+            assert!(
+                matches!(RouteMsg::read(&f), Err(WireError::Malformed(_))),
+                "{m:?} read under tag {}",
+                bytes[6]
+            );
+        }
+        assert!(samples.iter().any(|m| m.is_bulk()) && samples.iter().any(|m| !m.is_bulk()));
     }
 
     /// Two protocols' messages on one node: each frame comes back as the side whose tag it
