@@ -170,3 +170,25 @@ fn survivors_agree_once_and_alike_when_the_root_dies_during_the_call() {
         assert_eq!(decided(ep, 1), (u64::MAX, vec![Rank(0)]));
     }
 }
+
+#[test]
+fn a_revocation_reaches_every_survivor() {
+    const N: u32 = 6;
+    let mut job = Endpoint::on_loopback(N as usize, &EndpointConfig::default()).unwrap();
+    job.remove(3).stop().unwrap();
+    // Once every survivor's view is without rank 3, rank 1 revokes.
+    for ep in &job {
+        wait(ep, "the view without rank 3", |e| match e {
+            EndpointEvent::Left { who: Rank(3) } => Some(()),
+            _ => None,
+        });
+    }
+    job[1].revoke();
+    for ep in &job {
+        let by = wait(ep, "the revocation", |e| match e {
+            EndpointEvent::Revoked { by } => Some(by),
+            _ => None,
+        });
+        assert_eq!(by, Rank(1), "rank {}", ep.rank().0);
+    }
+}

@@ -14,6 +14,7 @@
 
 use super::membership::{MemberEvent, MemberMsg, Membership, MembershipConfig, Suspicion};
 use super::pair::{Either, Pair, PairOutbox};
+use super::revoke::Revocations;
 use super::route::{Route, RouteConfig, RouteEvent, RouteFailure, RouteMsg, RouteRequest};
 use super::uniform::{AgreeOp, Decision, Uniform, UniformMsg};
 use super::{Action, Event, Outbox, Protocol, Time, TimerId};
@@ -106,6 +107,12 @@ pub enum EndpointEvent {
         /// The job's ranks outside the view it was decided in (failed, or left), ascending.
         failed: Vec<Rank>,
     },
+    /// `by` revoked (ULFM's `MPIX_Comm_revoke`): reported once at every live rank, the one
+    /// that revoked included, for each of its revocations.
+    Revoked {
+        /// The rank that revoked.
+        by: Rank,
+    },
     /// At the view's root: every member acknowledged the view of `epoch`.
     Stabilized {
         /// The epoch.
@@ -145,6 +152,9 @@ pub enum EndpointRequest {
         /// How the values combine.
         op: AgreeOp,
     },
+    /// Tell every live rank, once, that this rank revoked (a reliable broadcast over the
+    /// BMG, as ULFM's revoke): each reports [`EndpointEvent::Revoked`].
+    Revoke,
 }
 
 /// How an endpoint's membership and routing run.
@@ -176,6 +186,8 @@ pub struct Service {
     uniform: Uniform,
     /// What they asked for in the current call.
     agreed: Outbox<UniformMsg, Decision>,
+    /// The revocations seen, and the flood that carries them.
+    revoked: Revocations,
     /// The job's ranks: rank `r` is `ring[r]` (sorted).
     ring: Arc<[NodeId]>,
     me: Rank,
@@ -205,6 +217,7 @@ impl Service {
             inner: Outbox::new(),
             uniform: Uniform::new(id, ring.to_vec()),
             agreed: Outbox::new(),
+            revoked: Revocations::new(me, ring.to_vec()),
             ring,
             me,
             view,
@@ -381,6 +394,15 @@ impl Protocol for Service {
     ) {
         match msg {
             Either::First(m) => self.both.on_message(now, from, m, &mut self.inner),
+            Either::Second(UniformMsg::Revoke { origin, seq }) => {
+                let view = self.both.first.view();
+                if self
+                    .revoked
+                    .on_notice(from, origin, seq, view, &mut self.agreed)
+                {
+                    out.report(EndpointEvent::Revoked { by: Rank(origin) });
+                }
+            }
             Either::Second(m) => {
                 let (view, root) = (self.both.first.view(), self.both.first.root());
                 self.uniform
@@ -411,6 +433,12 @@ impl Protocol for Service {
             EndpointRequest::Broadcast { data } => RouteRequest::Broadcast { data },
             EndpointRequest::Leave => {
                 self.both.with_first(|m, o| m.leave(o), &mut self.inner);
+                return self.speak(now, out);
+            }
+            EndpointRequest::Revoke => {
+                let view = self.both.first.view();
+                self.revoked.revoke(view, &mut self.agreed);
+                out.report(EndpointEvent::Revoked { by: self.me });
                 return self.speak(now, out);
             }
             EndpointRequest::Agree { value, op } => {

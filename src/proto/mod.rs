@@ -24,6 +24,7 @@ pub mod overlay;
 pub mod pair;
 pub mod ping;
 pub mod relay;
+pub mod revoke;
 pub mod ring;
 pub mod route;
 pub mod spontaneous;

@@ -27,7 +27,7 @@ pub use self::wire_form::UniformMsg;
 
 /// A module of its own for the archived form (see `proto::route`).
 mod wire_form {
-    /// Messages of the uniform agreement.
+    /// Messages of the uniform agreement, and of revocation (ULFM's pair).
     #[derive(Clone, Debug, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
     pub enum UniformMsg {
         /// A member's value for instance `k`, to the root.
@@ -48,6 +48,13 @@ mod wire_form {
             value: u64,
             /// The ids outside the view it was decided in.
             failed: Vec<u64>,
+        },
+        /// A revocation's notice, flooded over the BMG (`proto::revoke`).
+        Revoke {
+            /// The rank that revoked.
+            origin: u32,
+            /// Its revocation's number.
+            seq: u64,
         },
     }
 }
@@ -192,6 +199,8 @@ impl Uniform {
                 };
                 self.take(from, k, value, op, view, root, out);
             }
+            // The owner hands revocations to `proto::revoke`.
+            UniformMsg::Revoke { .. } => {}
             UniformMsg::Decide { k, value, failed } => {
                 let failed = failed.into_iter().map(NodeId).collect();
                 let d = Decision { k, value, failed };

@@ -183,3 +183,36 @@ fn a_kill_is_one_view_change_everywhere_and_fails_later_sends() {
         );
     }
 }
+
+/// A revocation reaches every live rank exactly once, around dead fingers: 64 ranks, the
+/// origin's three nearest fingers dead before it revokes, two origins at once.
+#[test]
+fn a_revocation_is_seen_once_by_every_live_rank_around_the_dead() {
+    let n = 64u32;
+    let mut w = world(n);
+    w.start();
+    let dead = [1u32, 2, 63];
+    for &d in &dead {
+        w.kill_at(MS, d);
+    }
+    w.request_at(20 * MS, 0, EndpointRequest::Revoke);
+    w.request_at(20 * MS, 40, EndpointRequest::Revoke);
+    while w.peek_time().is_some_and(|t| t < 60 * MS) {
+        w.step();
+    }
+    let reports = w.take_reports();
+    for origin in [0u32, 40] {
+        for r in (0..n).filter(|r| !dead.contains(r)) {
+            let seen = reports
+                .iter()
+                .filter(|(i, _, e)| {
+                    *i == r && matches!(e, EndpointEvent::Revoked { by } if by.0 == origin)
+                })
+                .count();
+            assert_eq!(
+                seen, 1,
+                "rank {r} saw rank {origin}'s revocation {seen} times"
+            );
+        }
+    }
+}

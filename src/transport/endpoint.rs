@@ -260,6 +260,13 @@ impl Endpoint {
         k
     }
 
+    /// Revoke (ULFM's `MPIX_Comm_revoke`): every live rank, this one included, reports
+    /// `Revoked { by: this rank }` once, carried by a flood over the BMG that goes around the
+    /// dead.
+    pub fn revoke(&self) {
+        self.node.request(EndpointRequest::Revoke);
+    }
+
     /// The next event: the endpoint's, or the transport's news (a connection refused; a
     /// peer whose connection was lost, before the endpoint's `Suspected`). [`Silence`] says
     /// whether the time ran out or the node is gone.

@@ -533,6 +533,7 @@ mod tests {
                     value: 7,
                     failed: vec![0, 5, 1 << 40],
                 },
+                UniformMsg::Revoke { origin: 9, seq: 2 },
             ]
         }
     }
