@@ -48,6 +48,16 @@ fn job(n: u64) -> u64 {
 }
 
 /// How many mappings of weft's segments this process holds.
+/// One link-making test at a time in this process: [`segments_mapped`] counts every test's
+/// mappings, so a test that drops its link while another counts would move that count (seen
+/// in CI: a segment unmapped between the count before a refused dial and the count after).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LINKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LINKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn segments_mapped() -> usize {
     std::fs::read_to_string("/proc/self/maps")
         .expect("maps")
@@ -112,6 +122,7 @@ fn peer_process() {
 
 #[test]
 fn a_link_to_another_process_carries_bytes_in_order_both_ways_and_pushes_back() {
+    let _one = one_at_a_time();
     let job = job(1);
     let (mut child, mut out) = spawn_peer("echo", job);
     // A ring of one page: a mebibyte wraps it 256 times, and the echo's full ring pushes back
@@ -156,6 +167,7 @@ fn a_link_to_another_process_carries_bytes_in_order_both_ways_and_pushes_back() 
 
 #[test]
 fn a_killed_peer_process_is_seen_through_its_pidfd() {
+    let _one = one_at_a_time();
     let job = job(2);
     let (mut child, _out) = spawn_peer("echo", job);
     let mut link = shm::dial(&identity(job, 0, 7), NodeId(1), 4096, T).expect("dial");
@@ -188,6 +200,7 @@ fn a_killed_peer_process_is_seen_through_its_pidfd() {
 
 #[test]
 fn a_wrong_job_key_is_refused_before_any_segment_is_mapped() {
+    let _one = one_at_a_time();
     let job = job(3);
     let (mut child, mut out) = spawn_peer("refuse", job);
     let before = segments_mapped();
@@ -212,6 +225,7 @@ fn a_wrong_job_key_is_refused_before_any_segment_is_mapped() {
 
 #[test]
 fn a_node_nobody_listens_as_is_not_reached() {
+    let _one = one_at_a_time();
     let e = shm::dial(&identity(job(4), 0, 7), NodeId(9), 4096, T).unwrap_err();
     match e {
         ShmError::Io(e) => assert!(
@@ -229,6 +243,7 @@ fn a_node_nobody_listens_as_is_not_reached() {
 /// is left where segments and sockets usually are.
 #[test]
 fn killed_processes_leave_nothing_behind() {
+    let _one = one_at_a_time();
     let debris = || -> Vec<String> {
         let mut names = Vec::new();
         for dir in ["/dev/shm", "/tmp", "/run"] {
