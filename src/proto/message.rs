@@ -65,19 +65,21 @@ pub const TAGS: &[(Tag, &str)] = &[
 /// The first tag left to applications.
 pub const APP_TAGS: Tag = 128;
 
-/// `$action!(T)` for each of weft's own message types `T`, in [`TAGS`] order: the one list that
-/// the tag test, the wire's round trip and the fuzz target walk, so that a new protocol's
-/// messages cannot be left out of any of them.
+/// `$action!(T)` for each of weft's own message types `T`, in [`TAGS`] order of their first
+/// tags: the one list that the tag test, the wire's round trip and the fuzz target walk, so
+/// that a new protocol's messages cannot be left out of any of them. [`TAGS`] has one entry
+/// per tag: a type's [`Message::TAG`], and its [`Message::BULK_TAG`] if it has one.
 ///
 /// ```
-/// let mut names = Vec::new();
-/// macro_rules! name {
+/// use weft::proto::message::{Message, TAGS};
+/// let mut tags = 0;
+/// macro_rules! count {
 ///     ($m:ty) => {
-///         names.push(<$m as weft::proto::message::Message>::NAME);
+///         tags += 1 + usize::from(<$m as Message>::BULK_TAG.is_some());
 ///     };
 /// }
-/// weft::for_each_message!(name);
-/// assert_eq!(names.len(), weft::proto::message::TAGS.len());
+/// weft::for_each_message!(count);
+/// assert_eq!(tags, TAGS.len());
 /// ```
 #[macro_export]
 macro_rules! for_each_message {
