@@ -54,7 +54,7 @@
 //! assert_eq!(sent.len(), 1);
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod bench;
 pub mod bootstrap;
