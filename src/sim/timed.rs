@@ -1119,17 +1119,7 @@ mod tests {
     fn delivered_messages_free_their_slots() {
         let n = 8u64;
         let nodes: Vec<Relay> = (0..n).map(|i| Relay::new(i, n, 2, 10_000)).collect();
-        let mut w = TimedWorld::new(
-            nodes,
-            TimedConfig {
-                net: Net::Constant {
-                    l: Duration::from_micros(1),
-                },
-                ocp: Duration::from_nanos(100),
-                send: Duration::ZERO,
-                detect: Duration::ZERO,
-            },
-        );
+        let mut w = TimedWorld::new(nodes, fast());
         w.start();
         let mut steps = 0u64;
         while w.step().is_some() {
