@@ -213,10 +213,8 @@ pub fn compare(
     Ok((weft, peer_rows))
 }
 
-/// Round trips through [`crate::transport::endpoint::Endpoint`]'s service: rank 0's
-/// application sends `size` bytes to rank 1, whose application sends them back when it reads
-/// them; both applications are this thread, reading the nodes' events as an embedding
-/// runtime's thread would. Every send is routed and acknowledged, as the endpoint's are.
+/// Round trips through two [`crate::transport::endpoint::DrivenEndpoint`]s, each driven by an
+/// application thread of its own as an embedding runtime's would be (see `endpoint_rtts`).
 pub fn endpoint(
     sizes: &[usize],
     iters: u64,
@@ -283,75 +281,117 @@ pub fn compare_api(
     Ok((protocol, endpoint))
 }
 
+/// Round trips between two [`crate::transport::endpoint::DrivenEndpoint`]s, each driven by a
+/// thread of its own (pinned to cores 0 and 1) as two processes of a job embedding weft
+/// would: rank 0's thread sends `size` bytes to rank 1, whose thread sends them back when it
+/// reads them. Every send is routed and acknowledged, as the endpoint's are. The transport is
+/// what a node alone in its process would use: shared memory or TCP, as `opts` say.
 fn endpoint_rtts(
     sizes: &[usize],
     iters: u64,
     opts: NodeOptions,
 ) -> Result<(Rtts, String, String), EngineError> {
-    use crate::buf::Payload;
-    use crate::proto::endpoint::{EndpointEvent, EndpointRequest, Service, ServiceConfig};
+    use crate::transport::endpoint::{DrivenEndpoint, EndpointConfig};
     use crate::{NodeId, Rank};
-    let service = ServiceConfig::default();
-    let opts = NodeOptions {
-        pin: true,
-        params: service.membership.params(2),
-        ..opts
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let cfg = EndpointConfig {
+        node: NodeOptions { pin: false, ..opts },
+        guard: false,
+        ..EndpointConfig::default()
     };
-    let ring: std::sync::Arc<[NodeId]> = [NodeId(0), NodeId(1)].into();
-    let cluster = Cluster::start(2, opts, move |i, _| {
-        Service::new(Rank(i as u32), ring.clone(), service, Duration::ZERO)
-    })?;
+    let transport = if cfg.node.shm_between_processes()? {
+        "shm"
+    } else {
+        "tcp"
+    };
+    let ring: Arc<[NodeId]> = [NodeId(0), NodeId(1)].into();
     let warmup = (iters / 10).clamp(10, 1000);
-    let stalled = || EngineError::Io(std::io::Error::other("endpoint ping stalled for 60 s"));
+    let done = Arc::new(AtomicBool::new(false));
+    let ranks: Vec<_> = crate::transport::loopback_specs(2, &cfg.node)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let (cfg, ring, done, sizes) =
+                (cfg.clone(), ring.clone(), done.clone(), sizes.to_vec());
+            std::thread::spawn(move || -> Result<(Rtts, String), EngineError> {
+                pin(i);
+                let ep = DrivenEndpoint::spawn(spec, Rank(i as u32), ring, &cfg)?;
+                let backend = ep.backend().map_or("unknown".into(), |b| b.to_string());
+                let ran = if i == 0 {
+                    let r = ping_endpoint(&ep, &sizes, iters, warmup);
+                    done.store(true, Ordering::Release);
+                    r
+                } else {
+                    pong_endpoint(&ep, &done).map(|()| HashMap::new())
+                };
+                ep.stop()?;
+                Ok((ran?, backend))
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for r in ranks {
+        out.push(r.join().map_err(|_| EngineError::Panicked)??);
+    }
+    let backend = crate::transport::backend_name(out.iter().map(|(_, b)| b));
+    let rtts = out.swap_remove(0).0;
+    Ok((rtts, backend, transport.into()))
+}
+
+/// Rank 0 of [`endpoint_rtts`]: each round trip from its send to the echo's `Received`.
+fn ping_endpoint(
+    ep: &crate::transport::endpoint::DrivenEndpoint,
+    sizes: &[usize],
+    iters: u64,
+    warmup: u64,
+) -> Result<Rtts, EngineError> {
+    use crate::buf::Payload;
+    use crate::proto::endpoint::EndpointEvent;
+    let fail = |what: String| EngineError::Io(std::io::Error::other(what));
     let mut rtts: Rtts = HashMap::new();
-    let mut tag = 0;
     for &size in sizes {
         let data = Payload::from(vec![0x5a; size]);
         for i in 0..warmup + iters {
             let start = Instant::now();
-            tag += 1;
-            cluster.nodes[0].request(EndpointRequest::Send {
-                to: Rank(1),
-                tag,
-                data: data.clone(),
-            });
+            ep.send(crate::Rank(1), data.clone());
             loop {
-                let (at, e) = cluster
-                    .events
-                    .recv_timeout(Duration::from_secs(60))
-                    .map_err(|_| stalled())?;
-                match e {
-                    NodeEvent::Protocol(EndpointEvent::Received { data, tag, .. }) if at.0 == 1 => {
-                        cluster.nodes[1].request(EndpointRequest::Send {
-                            to: Rank(0),
-                            tag,
-                            data,
-                        });
+                match ep.next(Duration::from_secs(60)) {
+                    Ok(NodeEvent::Protocol(EndpointEvent::Received { .. })) => break,
+                    Ok(NodeEvent::Protocol(EndpointEvent::Failed { to, why, .. })) => {
+                        return Err(fail(format!("a ping to {to:?} failed: {why:?}")));
                     }
-                    NodeEvent::Protocol(EndpointEvent::Received { .. }) => break,
-                    NodeEvent::Protocol(EndpointEvent::Failed { to, why, .. }) => {
-                        return Err(EngineError::Io(std::io::Error::other(format!(
-                            "a ping to {to:?} failed: {why:?}"
-                        ))));
-                    }
-                    NodeEvent::Suspect(p) => {
-                        return Err(EngineError::Io(std::io::Error::other(format!(
-                            "lost {p} during ping"
-                        ))));
-                    }
-                    _ => {}
+                    Ok(NodeEvent::Suspect(p)) => return Err(fail(format!("lost {p} during ping"))),
+                    Ok(_) => {}
+                    Err(e) => return Err(fail(format!("endpoint ping: {e}"))),
                 }
             }
             if i >= warmup {
-                let rtt = start.elapsed().as_nanos() as u64;
-                rtts.entry(size).or_default().push(rtt);
+                rtts.entry(size)
+                    .or_default()
+                    .push(start.elapsed().as_nanos() as u64);
             }
         }
     }
-    let backend = cluster.backend_name();
-    let transport = cluster.transport.to_string();
-    cluster.shutdown()?;
-    Ok((rtts, backend, transport))
+    Ok(rtts)
+}
+
+/// Rank 1 of [`endpoint_rtts`]: sends back what it receives until rank 0 is `done`.
+fn pong_endpoint(
+    ep: &crate::transport::endpoint::DrivenEndpoint,
+    done: &std::sync::atomic::AtomicBool,
+) -> Result<(), EngineError> {
+    use crate::proto::endpoint::EndpointEvent;
+    while !done.load(std::sync::atomic::Ordering::Acquire) {
+        match ep.next(Duration::from_millis(20)) {
+            Ok(NodeEvent::Protocol(EndpointEvent::Received { from, data, .. })) => {
+                ep.send(from, data);
+            }
+            Ok(_) | Err(crate::transport::handle::Silence::Timeout(_)) => {}
+            Err(e) => return Err(EngineError::Io(std::io::Error::other(format!("pong: {e}")))),
+        }
+    }
+    Ok(())
 }
 
 /// What weft's ping-pong is put beside.

@@ -22,7 +22,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::handle::{Handle, Silence};
+use super::driven::{Driven, Signal};
+use super::handle::{wait_for_in, Handle, Silence};
 use super::{bind, loopback_specs, NodeOptions, NodeSpec};
 use crate::bootstrap::{self, BootstrapError, Joined, Launch, ProcessEnv, Want};
 use crate::buf::Payload;
@@ -32,8 +33,9 @@ use crate::proto::endpoint::{EndpointEvent, EndpointRequest, Service, ServiceCon
 use crate::proto::uniform::AgreeOp;
 use crate::wire::handshake::JobKey;
 use crate::{NodeId, Rank};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,16 +115,101 @@ pub fn join_launched(
     Ok(LaunchedPlace { joined, listener })
 }
 
-/// One process's endpoint at its rank of the job.
-pub struct Endpoint {
-    node: Handle<Service>,
+/// Which thread turns an endpoint's reactor: [`OwnThread`] or [`CallerThread`].
+pub trait Drive: sealed::Sealed {}
+
+mod sealed {
+    /// What an endpoint needs of its node, on whichever thread it runs.
+    pub trait Sealed: Sized {
+        #[doc(hidden)]
+        fn start(
+            spec: super::NodeSpec,
+            opts: &super::NodeOptions,
+            service: super::Service,
+        ) -> Result<Self, super::EngineError>;
+        #[doc(hidden)]
+        fn request(&self, req: super::EndpointRequest);
+        #[doc(hidden)]
+        fn next(
+            &self,
+            timeout: super::Duration,
+        ) -> Result<super::NodeEvent<super::EndpointEvent>, super::Silence>;
+        #[doc(hidden)]
+        fn try_next(&self) -> Option<super::NodeEvent<super::EndpointEvent>>;
+        #[doc(hidden)]
+        fn stop(self) -> Result<super::Service, super::EngineError>;
+    }
+}
+
+/// An endpoint's reactor on a thread of its own: events wait in a queue for
+/// [`EndpointOf::next`], requests cross to the reactor through one (a thread hop each way);
+/// the endpoint can move between threads.
+pub struct OwnThread(Handle<Service>);
+
+/// An endpoint's reactor turned by the thread that started it, inside [`EndpointOf::next`]
+/// and [`EndpointOf::progress`] (see [`super::driven`]): a request runs the protocol at once
+/// and nothing crosses threads. The endpoint stays on that thread (a ring has one issuer).
+pub struct CallerThread(RefCell<Driven<Service>>);
+
+impl Drive for OwnThread {}
+impl Drive for CallerThread {}
+
+impl sealed::Sealed for OwnThread {
+    fn start(spec: NodeSpec, opts: &NodeOptions, service: Service) -> Result<Self, EngineError> {
+        Ok(Self(Handle::spawn(spec, opts, service)?))
+    }
+    fn request(&self, req: EndpointRequest) {
+        self.0.request(req);
+    }
+    fn next(&self, timeout: Duration) -> Result<NodeEvent<EndpointEvent>, Silence> {
+        self.0.next_event(timeout)
+    }
+    fn try_next(&self) -> Option<NodeEvent<EndpointEvent>> {
+        self.0.try_event()
+    }
+    fn stop(self) -> Result<Service, EngineError> {
+        self.0.stop()
+    }
+}
+
+impl sealed::Sealed for CallerThread {
+    fn start(spec: NodeSpec, opts: &NodeOptions, service: Service) -> Result<Self, EngineError> {
+        Ok(Self(RefCell::new(Driven::start(spec, opts, service)?)))
+    }
+    /// A request to a node that is gone is dropped (its next wait says [`Silence::Gone`]).
+    fn request(&self, req: EndpointRequest) {
+        let _ = self.0.borrow_mut().request(req);
+    }
+    fn next(&self, timeout: Duration) -> Result<NodeEvent<EndpointEvent>, Silence> {
+        self.0.borrow_mut().next_event(timeout)
+    }
+    fn try_next(&self) -> Option<NodeEvent<EndpointEvent>> {
+        self.0.borrow_mut().try_event()
+    }
+    fn stop(self) -> Result<Service, EngineError> {
+        self.0.into_inner().stop()
+    }
+}
+
+/// One process's endpoint at its rank of the job, its reactor on a thread of its own.
+pub type Endpoint = EndpointOf<OwnThread>;
+
+/// One process's endpoint at its rank of the job, driven by the thread that started it:
+/// [`EndpointOf::next`] turns the reactor, or the application's own event loop does
+/// ([`EndpointOf::progress`], [`EndpointOf::arm`], [`EndpointOf::fd`]).
+pub type DrivenEndpoint = EndpointOf<CallerThread>;
+
+/// One process's endpoint at its rank of the job, its reactor turned as `D` says (see
+/// [`Endpoint`] and [`DrivenEndpoint`]).
+pub struct EndpointOf<D: Drive> {
+    node: D,
     rank: Rank,
     size: u32,
     next_tag: Cell<u64>,
     next_agree: Cell<u64>,
 }
 
-impl Endpoint {
+impl<D: Drive> EndpointOf<D> {
     /// Start the endpoint of rank `rank` in a job whose processes are `ring` (sorted ids;
     /// rank `r` is `ring[r]`): `spec` names `ring[rank]` and where the others listen.
     pub fn spawn(
@@ -147,7 +234,7 @@ impl Endpoint {
         let opts = Self::node_options(cfg, ring.len());
         let service = Service::new(rank, ring.clone(), cfg.service, opts.reactor.startup_grace);
         Ok(Self {
-            node: Handle::spawn(spec, &opts, service)?,
+            node: D::start(spec, &opts, service)?,
             rank,
             size: ring.len() as u32,
             next_tag: Cell::new(0),
@@ -155,7 +242,8 @@ impl Endpoint {
         })
     }
 
-    /// A whole job of `n` ranks in this process, on loopback, one reactor thread each.
+    /// A whole job of `n` ranks in this process, on loopback (driven endpoints are driven
+    /// by this thread, each only while it is waited on or progressed).
     pub fn on_loopback(n: usize, cfg: &EndpointConfig) -> Result<Vec<Self>, EngineError> {
         let ring: Arc<[NodeId]> = (0..n as u64).map(NodeId).collect();
         let opts = Self::node_options(cfg, n);
@@ -229,7 +317,7 @@ impl Endpoint {
     pub fn send(&self, to: Rank, data: impl Into<Payload>) -> u64 {
         let tag = self.next_tag.get();
         self.next_tag.set(tag + 1);
-        self.node.request(EndpointRequest::Send {
+        self.request(EndpointRequest::Send {
             to,
             tag,
             data: data.into(),
@@ -239,14 +327,13 @@ impl Endpoint {
 
     /// Broadcast `data` to every live rank (this one delivers it too).
     pub fn broadcast(&self, data: impl Into<Payload>) {
-        self.node
-            .request(EndpointRequest::Broadcast { data: data.into() });
+        self.request(EndpointRequest::Broadcast { data: data.into() });
     }
 
     /// Leave the job on purpose: the others install a view without this rank, and this rank
     /// reports its own `Left` once that view is in place.
     pub fn leave(&self) {
-        self.node.request(EndpointRequest::Leave);
+        self.request(EndpointRequest::Leave);
     }
 
     /// Agree with every survivor on `op` over each one's `value`, and on who failed: every
@@ -256,7 +343,7 @@ impl Endpoint {
     pub fn agree(&self, value: u64, op: AgreeOp) -> u64 {
         let k = self.next_agree.get();
         self.next_agree.set(k + 1);
-        self.node.request(EndpointRequest::Agree { value, op });
+        self.request(EndpointRequest::Agree { value, op });
         k
     }
 
@@ -264,14 +351,26 @@ impl Endpoint {
     /// `Revoked { by: this rank }` once, carried by a flood over the BMG that goes around the
     /// dead.
     pub fn revoke(&self) {
-        self.node.request(EndpointRequest::Revoke);
+        self.request(EndpointRequest::Revoke);
+    }
+
+    /// Hand the service a request.
+    fn request(&self, req: EndpointRequest) {
+        self.node.request(req);
     }
 
     /// The next event: the endpoint's, or the transport's news (a connection refused; a
     /// peer whose connection was lost, before the endpoint's `Suspected`). [`Silence`] says
-    /// whether the time ran out or the node is gone.
+    /// whether the time ran out or the node is gone. A [`DrivenEndpoint`] is driven until
+    /// then.
     pub fn next(&self, timeout: Duration) -> Result<NodeEvent<EndpointEvent>, Silence> {
-        self.node.next_event(timeout)
+        self.node.next(timeout)
+    }
+
+    /// An event that is already here, without waiting (nor, for a [`DrivenEndpoint`], a
+    /// turn: see [`EndpointOf::progress`]).
+    pub fn try_next(&self) -> Option<NodeEvent<EndpointEvent>> {
+        self.node.try_next()
     }
 
     /// The next of the endpoint's events that `pick` takes, within `timeout`; the transport's
@@ -282,12 +381,42 @@ impl Endpoint {
         pick: impl FnMut(EndpointEvent) -> Option<T>,
         aside: impl FnMut(NodeEvent<EndpointEvent>),
     ) -> Result<T, Silence> {
-        self.node.wait_for(timeout, pick, aside)
+        wait_for_in(|left| self.next(left), timeout, pick, aside)
     }
 
     /// Stop the endpoint (the others see this rank fail, as when the process dies); its
     /// service's final state.
     pub fn stop(self) -> Result<Service, EngineError> {
         self.node.stop()
+    }
+}
+
+impl DrivenEndpoint {
+    /// One turn of the endpoint's reactor, without waiting; whether it found work (its
+    /// events wait for [`EndpointOf::try_next`]).
+    pub fn progress(&self) -> Result<bool, EngineError> {
+        self.node.0.borrow_mut().progress()
+    }
+
+    /// Get ready to wait on [`Self::fd`]: `true` if this thread may wait (the descriptor
+    /// turns readable when there is work), `false` if events or work are pending: take them
+    /// first. See [`super::driven`] for the rule.
+    pub fn arm(&self) -> Result<bool, EngineError> {
+        self.node.0.borrow_mut().arm()
+    }
+
+    /// The descriptor to wait on once [`Self::arm`] said yes (`None` once the node is gone).
+    pub fn fd(&self) -> Option<RawFd> {
+        self.node.0.borrow().fd()
+    }
+
+    /// The backend its reactor runs on (`None` once the node is gone).
+    pub fn backend(&self) -> Option<crate::engine::Backend> {
+        self.node.0.borrow().backend()
+    }
+
+    /// What wakes this thread's wait on [`Self::fd`] from another thread.
+    pub fn signal(&self) -> Signal {
+        self.node.0.borrow().signal()
     }
 }

@@ -67,28 +67,20 @@ impl<P: Protocol> Handle<P> {
         }
     }
 
+    /// An event that is already here, without waiting.
+    pub fn try_event(&self) -> Option<NodeEvent<P::Event>> {
+        self.events.try_recv().ok().map(|(_, e)| e)
+    }
+
     /// The next event of the protocol's that `pick` takes, within `timeout`. The transport's
     /// news on the way is handed to `aside` (a peer suspected, a connection refused), not lost.
     pub fn wait_for<T>(
         &self,
         timeout: Duration,
-        mut pick: impl FnMut(P::Event) -> Option<T>,
-        mut aside: impl FnMut(NodeEvent<P::Event>),
+        pick: impl FnMut(P::Event) -> Option<T>,
+        aside: impl FnMut(NodeEvent<P::Event>),
     ) -> Result<T, Silence> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.next_event(left) {
-                Ok(NodeEvent::Protocol(e)) => {
-                    if let Some(t) = pick(e) {
-                        return Ok(t);
-                    }
-                }
-                Ok(other) => aside(other),
-                Err(Silence::Timeout(_)) => return Err(Silence::Timeout(timeout)),
-                Err(Silence::Gone) => return Err(Silence::Gone),
-            }
-        }
+        wait_for_in(|left| self.next_event(left), timeout, pick, aside)
     }
 
     /// Tell the node about a peer (one that joined, or whose address changed).
@@ -100,5 +92,29 @@ impl<P: Protocol> Handle<P> {
     /// state.
     pub fn stop(mut self) -> Result<P, EngineError> {
         self.node.stop()
+    }
+}
+
+/// The next of the protocol's events that `pick` takes, within `timeout`, from `next` (which
+/// waits at most the time it is given); the transport's news on the way goes to `aside`.
+pub fn wait_for_in<E, T>(
+    mut next: impl FnMut(Duration) -> Result<NodeEvent<E>, Silence>,
+    timeout: Duration,
+    mut pick: impl FnMut(E) -> Option<T>,
+    mut aside: impl FnMut(NodeEvent<E>),
+) -> Result<T, Silence> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match next(left) {
+            Ok(NodeEvent::Protocol(e)) => {
+                if let Some(t) = pick(e) {
+                    return Ok(t);
+                }
+            }
+            Ok(other) => aside(other),
+            Err(Silence::Timeout(_)) => return Err(Silence::Timeout(timeout)),
+            Err(Silence::Gone) => return Err(Silence::Gone),
+        }
     }
 }

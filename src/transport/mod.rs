@@ -12,6 +12,7 @@
 //! }).unwrap();
 //! ```
 
+pub mod driven;
 pub mod endpoint;
 pub mod handle;
 pub mod prelude;
@@ -351,53 +352,14 @@ where
     P::Request: Send + 'static,
 {
     let (tx, rx) = channel();
-    let mut hosts = Vec::with_capacity(nodes.len());
-    let mut handles = Vec::with_capacity(nodes.len());
-    for (spec, build) in nodes {
-        let (retire, retired) = channel();
-        handles.push(NodeHandle {
-            id: spec.id,
-            addr: spec.listener.local_addr()?,
-            commands: tx.clone(),
-            waker: waker.clone(),
-            retired,
-            own: None,
-            stopped: false,
-            backend,
-        });
-        let identity = Identity {
-            incarnation: opts.incarnation,
-            params: opts.params.clone(),
-            bulk_mac: opts.bulk_mac,
-            ..Identity::new(opts.job_id, spec.id, spec.key)
-        };
-        // Bound before the reactor runs (in a cluster, before any reactor runs: see there).
-        let shm_listener = shm.then(|| match shm_bound.remove(&spec.id) {
-            Some(l) => l,
-            None => Listener::bind(&identity).map(Listener::into_socket),
-        });
-        hosts.push((
-            identity,
-            spec.peers,
-            spec.listener,
-            build,
-            retire,
-            shm_listener,
-        ));
-    }
-    let cfg = ReactorConfig {
-        options: opts.reactor.clone(),
-        backend,
-        fallback: crate::engine::forced_backend(opts.backend)?.is_none(),
-        epoch,
-        shm,
-    };
+    let (cfg, hosts, mut handles) =
+        prepare(nodes, opts, backend, epoch, &tx, &waker, shm, shm_bound)?;
     // With a descriptor table of its own, the reactor keeps its poll and listeners and this
     // thread closes its copies of them once the reactor has its table.
     let own = opts.reactor.own_descriptors;
     let handed: Vec<RawFd> = if own {
         std::iter::once(poll.as_raw_fd())
-            .chain(hosts.iter().map(|h| h.2.as_raw_fd()))
+            .chain(hosts.iter().map(|h| h.listener.as_raw_fd()))
             .collect()
     } else {
         Vec::new()
@@ -421,19 +383,7 @@ where
         if let Some(c) = core {
             core_affinity::set_for_current(core_affinity::CoreId { id: c });
         }
-        let hosts = hosts
-            .into_iter()
-            .map(
-                |(identity, peers, listener, build, retire, shm_listener)| HostSpec {
-                    identity,
-                    peers,
-                    listener,
-                    shm_listener,
-                    proto: build(),
-                    retire,
-                },
-            )
-            .collect();
+        let hosts = hosts.into_iter().map(HostPart::build).collect();
         match Started::new(cfg, poll, hosts, rx, events, local) {
             Ok(reactor) => {
                 let _ = ready.send((own, Ok(reactor.backend())));
@@ -474,6 +424,87 @@ where
         },
         handles,
     ))
+}
+
+/// A node to host, all but its protocol, which is built where it will run.
+struct HostPart<P: Protocol> {
+    identity: Identity,
+    peers: HashMap<NodeId, SocketAddr>,
+    listener: TcpListener,
+    build: Build<P>,
+    retire: Sender<P>,
+    shm_listener: Option<std::io::Result<UnixListener>>,
+}
+
+impl<P: Protocol> HostPart<P> {
+    /// The node, its protocol built now (on the thread that runs it).
+    fn build(self) -> HostSpec<P> {
+        HostSpec {
+            identity: self.identity,
+            peers: self.peers,
+            listener: self.listener,
+            shm_listener: self.shm_listener,
+            proto: (self.build)(),
+            retire: self.retire,
+        }
+    }
+}
+
+/// What a reactor hosting `nodes` is set up from, and each node's handle (commands to `tx`,
+/// wakes through `waker`).
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn prepare<P: Protocol>(
+    nodes: Vec<(NodeSpec, Build<P>)>,
+    opts: &NodeOptions,
+    backend: Backend,
+    epoch: Instant,
+    tx: &Sender<Command<P::Request>>,
+    waker: &Arc<Waker>,
+    shm: bool,
+    shm_bound: &mut HashMap<NodeId, std::io::Result<UnixListener>>,
+) -> Result<(ReactorConfig, Vec<HostPart<P>>, Vec<NodeHandle<P>>), EngineError> {
+    let mut hosts = Vec::with_capacity(nodes.len());
+    let mut handles = Vec::with_capacity(nodes.len());
+    for (spec, build) in nodes {
+        let (retire, retired) = channel();
+        handles.push(NodeHandle {
+            id: spec.id,
+            addr: spec.listener.local_addr()?,
+            commands: tx.clone(),
+            waker: waker.clone(),
+            retired,
+            own: None,
+            stopped: false,
+            backend,
+        });
+        let identity = Identity {
+            incarnation: opts.incarnation,
+            params: opts.params.clone(),
+            bulk_mac: opts.bulk_mac,
+            ..Identity::new(opts.job_id, spec.id, spec.key)
+        };
+        // Bound before the reactor runs (in a cluster, before any reactor runs: see there).
+        let shm_listener = shm.then(|| match shm_bound.remove(&spec.id) {
+            Some(l) => l,
+            None => Listener::bind(&identity).map(Listener::into_socket),
+        });
+        hosts.push(HostPart {
+            identity,
+            peers: spec.peers,
+            listener: spec.listener,
+            build,
+            retire,
+            shm_listener,
+        });
+    }
+    let cfg = ReactorConfig {
+        options: opts.reactor.clone(),
+        backend,
+        fallback: crate::engine::forced_backend(opts.backend)?.is_none(),
+        epoch,
+        shm,
+    };
+    Ok((cfg, hosts, handles))
 }
 
 /// A poll and the waker that interrupts it (token [`WAKER`]), for one reactor.

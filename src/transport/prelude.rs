@@ -9,7 +9,8 @@
 //! tell you ([`NodeEvent`], [`Silence`]), and weft's own services ready-made: routing over the
 //! BMG ([`RouteNode`]) and in-memory checkpoints ([`Checkpointer`]).
 
-pub use super::endpoint::{Endpoint, EndpointConfig, StartError};
+pub use super::driven::Signal;
+pub use super::endpoint::{DrivenEndpoint, Endpoint, EndpointConfig, EndpointOf, StartError};
 pub use super::handle::{Handle, Silence};
 pub use super::route::RouteNode;
 pub use super::storage::{Checkpointer, StoreError};

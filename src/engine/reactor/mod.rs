@@ -22,6 +22,7 @@
 //! `error.rs` why a connection ends; `last_write.rs` how a long queue's last write is cut.
 
 mod accept;
+mod alarm;
 mod conn;
 mod conns;
 mod crossing;
@@ -79,7 +80,9 @@ pub(crate) const WAKER: Token = Token(0);
 const RING: Token = Token(1);
 /// The poll set of the shared-memory links (see `shm.rs`): readable when one needs a look.
 const SHM: Token = Token(2);
-const FIRST_CONN: usize = 3;
+/// The alarm of a reactor its caller drives ([`Driven`]): readable when a timer is due.
+const ALARM: Token = Token(3);
+const FIRST_CONN: usize = 4;
 /// Hosted node `h` listens with token `LISTENERS + h`; connections use the tokens below.
 const LISTENERS: usize = 1 << 40;
 
@@ -262,6 +265,19 @@ struct Reactor<P: Protocol, B> {
     local: Option<Port<P::Msg>>,
     /// The hosted nodes' shared-memory links, if they use them (see `shm.rs`).
     shm: Option<shm::Links<P::Msg>>,
+    /// The alarm a reactor its caller drives sets before the caller waits (see `alarm.rs`).
+    alarm: Option<alarm::Alarm>,
+}
+
+/// What a reactor's loop carries from one turn to the next.
+struct Loop {
+    /// What epoll reported.
+    events: Events,
+    spin: Spin,
+    /// Turns to go before a spinning reactor looks beyond its hot connections.
+    until_look: u32,
+    /// Whether the last turn found no work.
+    idle: bool,
 }
 
 /// A reactor set up on the calling thread for `cfg.backend`, ready to [`run`](Self::run).
@@ -331,6 +347,97 @@ where
             Either::Poll(r) => r.run(),
             Either::Uring(r) => r.run(),
         }
+    }
+}
+
+/// A reactor its caller drives, on the caller's thread, instead of a thread of its own: each
+/// [`Driven::progress`] is one turn that never waits; a caller with nothing to do arms it
+/// ([`Driven::arm`]) and waits on [`Driven::fd`], which is readable when I/O, a due timer or
+/// the waker wants a turn. Requests go straight to the protocol ([`Driven::request`]): no
+/// command queue and no thread between the application and its sockets.
+pub(crate) struct Driven<P: Protocol> {
+    r: Either<P>,
+    lp: Loop,
+    /// Armed since the last turn: the next turn polls epoll (which the caller's wait left
+    /// ready) and wakes the links' senders' flags.
+    armed: bool,
+}
+
+/// `$body` on the reactor of either backend.
+macro_rules! either {
+    ($e:expr, $r:ident => $body:expr) => {
+        match $e {
+            Either::Poll($r) => $body,
+            Either::Uring($r) => $body,
+        }
+    };
+}
+
+impl<P: Protocol> Started<P>
+where
+    P::Msg: Framed,
+{
+    /// Drive this reactor from the calling thread (which must be the one it was set up on:
+    /// a ring has a single issuer). Starts every hosted node's protocol.
+    pub fn drive(mut self) -> Result<Driven<P>, EngineError> {
+        let lp = either!(&mut self.0, r => {
+            r.alarm = Some(alarm::Alarm::new(&r.poll, ALARM)?);
+            r.begin()?
+        });
+        Ok(Driven {
+            r: self.0,
+            lp,
+            armed: false,
+        })
+    }
+}
+
+impl<P: Protocol> Driven<P>
+where
+    P::Msg: Framed,
+{
+    /// One turn, without waiting: whether it found work (a caller drains it to `false`
+    /// before it arms).
+    pub fn progress(&mut self) -> Result<bool, EngineError> {
+        let spinning = !std::mem::take(&mut self.armed);
+        either!(&mut self.r, r => r.turn(&mut self.lp, spinning, false))
+    }
+
+    /// Get ready for the caller to wait on [`Self::fd`]: `true` if it may (nothing is
+    /// pending, and the descriptor will be readable when something is), `false` if work is
+    /// pending (call [`Self::progress`] instead).
+    pub fn arm(&mut self) -> Result<bool, EngineError> {
+        self.armed = true;
+        either!(&mut self.r, r => r.arm())
+    }
+
+    /// Hand hosted node `node`'s protocol its application's request, now.
+    pub fn request(&mut self, node: NodeId, req: P::Request) -> Result<(), EngineError> {
+        either!(&mut self.r, r => match r.by_id.get(&node) {
+            Some(&h) => r.request_protocol(h, req),
+            None => Err(EngineError::Gone),
+        })
+    }
+
+    /// The descriptor to wait on after [`Self::arm`] (the reactor's epoll; level-triggered:
+    /// readable until a turn takes what it reports).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        either!(&self.r, r => r.poll.as_raw_fd())
+    }
+
+    /// The backend it runs on.
+    pub fn backend(&self) -> Backend {
+        match self.r {
+            Either::Poll(_) => Backend::Poll,
+            Either::Uring(_) => Backend::Uring,
+        }
+    }
+
+    /// Stop: every node's connections are reset and its protocol goes back through its
+    /// `retire`.
+    pub fn end(mut self) -> Result<(), EngineError> {
+        either!(&mut self.r, r => r.end())
     }
 }
 
@@ -417,6 +524,7 @@ where
             releasing: IdMap::default(),
             local,
             shm,
+            alarm: None,
         };
         // A node whose link name is taken (another process of the job runs as it) dials
         // links but accepts none: said once, as a refusal.
@@ -446,6 +554,16 @@ where
 
     /// The loop of [`Self::run`].
     fn turns(&mut self) -> Result<(), EngineError> {
+        let mut lp = self.begin()?;
+        while !self.stop {
+            let spinning = lp.spin.this_turn(|| self.clock.now());
+            self.turn(&mut lp, spinning, true)?;
+        }
+        self.end()
+    }
+
+    /// Start every hosted node's protocol; the loop's state for [`Self::turn`].
+    fn begin(&mut self) -> Result<Loop, EngineError> {
         let now = self.now();
         self.started = now;
         for h in 0..self.hosts.len() {
@@ -454,134 +572,187 @@ where
             }
             self.apply_outbox(h)?;
         }
-        let mut events = Events::with_capacity(256);
-        let mut spin = Spin::new(self.cfg.options.wait, self.now());
-        // Turns to go before a spinning reactor looks beyond its hot connections.
-        let mut until_look: u32 = 1;
-        // Whether the last turn found no work.
-        let mut idle = false;
-        while !self.stop {
-            // Whether this turn found work.
-            let mut active = false;
-            self.io.turn_start()?;
-            let spinning = spin.this_turn(|| self.clock.now());
-            // A spinning reactor looks beyond its hot connections every so many turns (see
-            // each backend's `look_every`): other connections, accepts, commands.
-            // A countdown, not a remainder: two divisions a turn were a visible part of it.
-            until_look = until_look.saturating_sub(1);
-            let look = until_look == 0 || B::must_look(self.hot.len());
-            if look {
-                until_look = B::look_every(self.hot.len());
-            }
-            self.spinning = spinning;
-            if spinning {
-                self.io.spinning();
-                if look && !B::EPOLL_WATCHES_SOCKETS {
-                    self.commands()?;
-                    if self.burial_due(idle) {
-                        self.bury_lost(Ending::Close, BURY_PER_TURN)?;
-                    }
-                }
-            } else {
-                // Whatever was read directly goes back to the kernel's watch before a wait.
-                while let Some(id) = self.hot.pop() {
-                    self.cool(id)?;
-                }
-                self.io.before_block()?;
-            }
-            if !spinning || (look && B::EPOLL_WATCHES_SOCKETS) {
-                // Messages to deliver, or a sender's backlog: no sleeping. Otherwise the
-                // exchange's senders learn that this reactor sleeps.
-                let must_run = !self.inbox.is_empty()
-                    || self
-                        .local
-                        .as_ref()
-                        .is_some_and(|p| p.backlogged() || (!spinning && !p.sleep()))
-                    || (!spinning && self.shm.as_mut().is_some_and(|l| l.before_block()));
-                let mut timeout = if spinning || must_run {
-                    Some(Duration::ZERO)
-                } else {
-                    match self.io.work_due() {
-                        Some(Duration::ZERO) => Some(Duration::ZERO),
-                        due => {
-                            let now = self.now();
-                            match (self.timers.next_in(now), due) {
-                                (Some(t), Some(d)) => Some(t.min(d)),
-                                (t, d) => t.or(d),
-                            }
-                        }
-                    }
-                };
-                // Lost connections are torn down once the reactor has nothing else to do
-                // (instead of blocking, or on a spinning turn after one that found no work),
-                // a few per turn, so that work arriving meanwhile waits for a few at most.
-                let blocking = timeout != Some(Duration::ZERO);
-                if (blocking && !self.lost.is_empty()) || self.burial_due(idle) {
-                    self.bury_lost(Ending::Close, BURY_PER_TURN)?;
-                    timeout = Some(Duration::ZERO);
-                }
-                let polled = self.poll.poll(&mut events, timeout);
-                if let Some(p) = &self.local {
-                    p.awake();
-                }
-                if let Some(l) = &self.shm {
-                    l.awake();
-                }
-                match polled {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                events.clear();
-            }
-            // Completions first: a finished send lets go of the receive buffer its payload
-            // shared, which a direct read can then reuse (read before, a large frame found it
-            // still shared and took fresh memory: a page fault per 4 KiB of every message).
-            // Work, for adaptive waiting, is what an event brought, not the event (see
-            // `Spin::worked`).
-            let turn = Turn {
-                spinning,
-                hot_room: self.hot.has_room(),
-            };
-            active |= self.io.gather(
-                &mut self.conns,
-                &self.listeners,
-                &events,
-                turn,
-                &mut self.io_events,
-            )?;
-            // The commands after the I/O of the turn (epoll may report the waker anywhere
-            // among the sockets); the ring's eventfd only woke the wait.
-            if events.iter().any(|ev| ev.token() == WAKER) {
+        Ok(Loop {
+            events: Events::with_capacity(256),
+            spin: Spin::new(self.cfg.options.wait, self.now()),
+            until_look: 1,
+            idle: false,
+        })
+    }
+
+    /// One turn of the loop: I/O, commands, deliveries, timers. `spinning`: read the hot
+    /// connections and do not wait; `may_block`: a turn that does not spin may wait in epoll
+    /// for work (a reactor its caller drives never waits here: the caller waits on
+    /// [`Driven::fd`]). Whether the turn found work.
+    fn turn(
+        &mut self,
+        lp: &mut Loop,
+        spinning: bool,
+        may_block: bool,
+    ) -> Result<bool, EngineError> {
+        // Whether this turn found work.
+        let mut active = false;
+        self.io.turn_start()?;
+        // A spinning reactor looks beyond its hot connections every so many turns (see
+        // each backend's `look_every`): other connections, accepts, commands.
+        // A countdown, not a remainder: two divisions a turn were a visible part of it.
+        lp.until_look = lp.until_look.saturating_sub(1);
+        let look = lp.until_look == 0 || B::must_look(self.hot.len());
+        if look {
+            lp.until_look = B::look_every(self.hot.len());
+        }
+        self.spinning = spinning;
+        let events = &mut lp.events;
+        if spinning {
+            self.io.spinning();
+            if look && !B::EPOLL_WATCHES_SOCKETS {
                 self.commands()?;
-                active = true;
+                if self.burial_due(lp.idle) {
+                    self.bury_lost(Ending::Close, BURY_PER_TURN)?;
+                }
             }
-            self.handle_io_events()?;
-            if spinning {
-                active |= self.read_hot()?;
+        } else {
+            // Whatever was read directly goes back to the kernel's watch before a wait.
+            while let Some(id) = self.hot.pop() {
+                self.cool(id)?;
             }
-            if self.local.is_some() {
-                active |= self.receive_local()?;
+            self.io.before_block()?;
+        }
+        if !spinning || (look && B::EPOLL_WATCHES_SOCKETS) {
+            // Messages to deliver, or a sender's backlog: no sleeping. Otherwise the
+            // exchange's senders learn that this reactor sleeps.
+            let must_run = !may_block
+                || !self.inbox.is_empty()
+                || self
+                    .local
+                    .as_ref()
+                    .is_some_and(|p| p.backlogged() || (!spinning && !p.sleep()))
+                || (!spinning && self.shm.as_mut().is_some_and(|l| l.before_block()));
+            let mut timeout = if spinning || must_run {
+                Some(Duration::ZERO)
+            } else {
+                self.wait_at_most()
+            };
+            // Lost connections are torn down once the reactor has nothing else to do
+            // (instead of blocking, or on a spinning turn after one that found no work),
+            // a few per turn, so that work arriving meanwhile waits for a few at most.
+            let blocking = timeout != Some(Duration::ZERO);
+            if (blocking && !self.lost.is_empty()) || self.burial_due(lp.idle) {
+                self.bury_lost(Ending::Close, BURY_PER_TURN)?;
+                timeout = Some(Duration::ZERO);
             }
-            if self.shm.is_some() {
-                let look = (spinning && look) || events.iter().any(|ev| ev.token() == SHM);
-                active |= self.shm_turn(look)?;
+            let polled = self.poll.poll(events, timeout);
+            if let Some(p) = &self.local {
+                p.awake();
             }
-            active |= !self.inbox.is_empty();
-            self.deliver()?;
-            if self.timers.has_pending() {
-                active |= self.fire_timers()?;
+            if let Some(l) = &self.shm {
+                l.awake();
             }
-            spin.worked(active);
-            idle = !active;
-            if !self.lost.is_empty() {
-                self.lost_waited = self.lost_waited.saturating_add(1);
+            match polled {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(true),
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(a) = &self.alarm {
+                if events.iter().any(|ev| ev.token() == ALARM) {
+                    a.drain();
+                }
+            }
+        } else {
+            events.clear();
+        }
+        // Completions first: a finished send lets go of the receive buffer its payload
+        // shared, which a direct read can then reuse (read before, a large frame found it
+        // still shared and took fresh memory: a page fault per 4 KiB of every message).
+        // Work, for adaptive waiting, is what an event brought, not the event (see
+        // `Spin::worked`).
+        let turn = Turn {
+            spinning,
+            hot_room: self.hot.has_room(),
+        };
+        active |= self.io.gather(
+            &mut self.conns,
+            &self.listeners,
+            events,
+            turn,
+            &mut self.io_events,
+        )?;
+        // The commands after the I/O of the turn (epoll may report the waker anywhere
+        // among the sockets); the ring's eventfd only woke the wait.
+        if events.iter().any(|ev| ev.token() == WAKER) {
+            self.commands()?;
+            active = true;
+        }
+        let shm_ready = events.iter().any(|ev| ev.token() == SHM);
+        self.handle_io_events()?;
+        if spinning {
+            active |= self.read_hot()?;
+        }
+        if self.local.is_some() {
+            active |= self.receive_local()?;
+        }
+        if self.shm.is_some() {
+            active |= self.shm_turn((spinning && look) || shm_ready)?;
+        }
+        active |= !self.inbox.is_empty();
+        self.deliver()?;
+        if self.timers.has_pending() {
+            active |= self.fire_timers()?;
+        }
+        lp.spin.worked(active);
+        lp.idle = !active;
+        if !self.lost.is_empty() {
+            self.lost_waited = self.lost_waited.saturating_add(1);
+        }
+        Ok(active)
+    }
+
+    /// Before the caller of a driven reactor waits (see [`Driven::arm`]): what a blocking
+    /// turn does before its wait, and the alarm set to the next deadline. Whether it may wait.
+    fn arm(&mut self) -> Result<bool, EngineError> {
+        while let Some(id) = self.hot.pop() {
+            self.cool(id)?;
+        }
+        self.io.before_block()?;
+        let busy = !self.inbox.is_empty()
+            || !self.lost.is_empty()
+            || self
+                .local
+                .as_ref()
+                .is_some_and(|p| p.backlogged() || !p.sleep())
+            || self.shm.as_mut().is_some_and(|l| l.before_block());
+        if busy {
+            return Ok(false);
+        }
+        let wait = self.wait_at_most();
+        if wait == Some(Duration::ZERO) {
+            return Ok(false);
+        }
+        if let Some(a) = &self.alarm {
+            a.set(wait)?;
+        }
+        Ok(true)
+    }
+
+    /// How long a blocking wait may last: until the next timer, or the backend's retry
+    /// (`None`: until something happens).
+    fn wait_at_most(&mut self) -> Option<Duration> {
+        match self.io.work_due() {
+            Some(Duration::ZERO) => Some(Duration::ZERO),
+            due => {
+                let now = self.now();
+                match (self.timers.next_in(now), due) {
+                    (Some(t), Some(d)) => Some(t.min(d)),
+                    (t, d) => t.or(d),
+                }
             }
         }
-        // The job is over: abort the connections instead of closing them in order, so
-        // thousands of them per run do not sit in TIME_WAIT holding local ports (a benchmark
-        // that starts many jobs in a row would run out of ephemeral ports).
+    }
+
+    /// The job is over: abort the connections instead of closing them in order, so
+    /// thousands of them per run do not sit in TIME_WAIT holding local ports (a benchmark
+    /// that starts many jobs in a row would run out of ephemeral ports).
+    fn end(&mut self) -> Result<(), EngineError> {
         for h in 0..self.hosts.len() {
             self.stop_node(h, Ending::Reset)?;
         }
