@@ -325,6 +325,17 @@ impl<D: Drive> EndpointOf<D> {
         tag
     }
 
+    /// Send `data` to `to` under a tag the caller picks, unique among its sends (a layer on
+    /// top that numbers its own sends, as weft's C library does); otherwise as [`Self::send`],
+    /// whose numbering it must not mix with.
+    pub fn send_as(&self, to: Rank, tag: u64, data: impl Into<Payload>) {
+        self.request(EndpointRequest::Send {
+            to,
+            tag,
+            data: data.into(),
+        });
+    }
+
     /// Broadcast `data` to every live rank (this one delivers it too).
     pub fn broadcast(&self, data: impl Into<Payload>) {
         self.request(EndpointRequest::Broadcast { data: data.into() });
