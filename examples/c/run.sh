@@ -2,9 +2,12 @@
 # Build weft's C library, install it (libweft.so and .a, weft.h, weft.pc) under $PREFIX
 # (default target/c-prefix), build examples/c/ring.c with plain cc against the installed
 # header and pkg-config file, and run it:
-#   run.sh [mpirun|hydra|valgrind] [ranks]   (default: mpirun 4)
+#   run.sh [mpirun|hydra|valgrind|ping] [ranks]   (default: mpirun 4)
 # mpirun and hydra: rank 2 SIGKILLs itself after the first lap; exit 0 when every survivor
 # agreed. valgrind: 3 ranks under valgrind (memcheck), none killed; any error fails.
+# ping: round trips through the C ABI (examples/c/ping.c, 2 ranks on 2 cores, TCP), busy
+# and sleeping on the fd, then weft's own protocol and endpoint paths in the same sitting
+# (`weft ping --compare-api`); WEFT_PING_SIZES, WEFT_PING_ITERS as ping.c says.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 prefix=${PREFIX:-$root/target/c-prefix}
@@ -24,6 +27,10 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PAT
 # shellcheck disable=SC2046 # pkg-config's words are separate flags
 cc -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -g -Wall -Wextra -Werror \
     -o "$prefix/bin/weft-ring" "$root/examples/c/ring.c" \
+    $(pkg-config --cflags --libs weft) -Wl,-rpath,"$prefix/lib"
+# shellcheck disable=SC2046
+cc -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -g -Wall -Wextra -Werror \
+    -o "$prefix/bin/weft-ping" "$root/examples/c/ping.c" \
     $(pkg-config --cflags --libs weft) -Wl,-rpath,"$prefix/lib"
 
 export WEFT_JOB_SECRET=${WEFT_JOB_SECRET:-weft-c-ring}
@@ -66,8 +73,21 @@ valgrind)
         exit 1
     fi
     ;;
+ping)
+    export WEFT_TRANSPORT=tcp WEFT_PING_SIZES=${WEFT_PING_SIZES:-32,1048576}
+    export WEFT_PING_ITERS=${WEFT_PING_ITERS:-5000}
+    for wait in busy fd; do
+        WEFT_PING_WAIT=$wait mpirun --allow-run-as-root --bind-to core -np 2 \
+            -x WEFT_JOB_SECRET -x WEFT_TRANSPORT -x WEFT_PING_SIZES -x WEFT_PING_ITERS \
+            -x WEFT_PING_WAIT "$prefix/bin/weft-ping"
+    done
+    cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin weft
+    "$root/target/release/weft" ping --compare-api --transport tcp --wait busy \
+        --sizes "$WEFT_PING_SIZES" --iters "$WEFT_PING_ITERS" --rounds 1 --json
+    exit 0
+    ;;
 *)
-    echo "usage: $0 [mpirun|hydra|valgrind] [ranks]" >&2
+    echo "usage: $0 [mpirun|hydra|valgrind|ping] [ranks]" >&2
     exit 2
     ;;
 esac
