@@ -582,9 +582,13 @@ pub struct BenchReport {
     /// Under `--hosts K`: the network-namespace hosts the ranks were spread over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<u32>,
-    /// Under `--hosts K --shape RATE`: every host's link rate.
+    /// Under `--hosts K --shape RATE`: every host's link rate (under `--torus`, every
+    /// torus link's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<String>,
+    /// Under `--torus XxYxZ`: the emulated torus the hosts were linked as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torus: Option<String>,
     /// The run ended early, why: the report holds the trials done before (`repeat` of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -740,6 +744,7 @@ pub(crate) fn summarize(
         clock_err_us: clock_err.map(|d| d.as_secs_f64() * 1e6),
         hosts: None,
         shape: None,
+        torus: None,
         error: None,
     }
 }

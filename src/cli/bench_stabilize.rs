@@ -76,8 +76,15 @@ pub struct BenchStabilizeArgs {
     /// run one job each.
     #[arg(long, conflicts_with_all = ["procs", "compare", "join", "plot", "bootstrap"])]
     hosts: Option<u32>,
-    /// With --hosts: shape every host's link to this rate both ways (`tc … tbf`), e.g. 1gbit.
-    #[arg(long, requires = "hosts")]
+    /// Spread the nodes over the hosts of an emulated X×Y×Z torus made on this machine
+    /// (network namespaces, each linked to its six neighbours with wrap-around, routed x then
+    /// y then z as BG/L; root needed): host i at the torus coordinate of i in XYZ order, the
+    /// ranks in blocks over them, so with one rank per host rank r sits where BG/L puts it.
+    #[arg(long, conflicts_with_all = ["procs", "compare", "join", "plot", "bootstrap", "hosts"])]
+    torus: Option<weft::topology::torus::Torus>,
+    /// With --hosts: shape every host's link to this rate both ways (`tc … tbf`), e.g. 1gbit;
+    /// with --torus, every torus link on its way out.
+    #[arg(long)]
     shape: Option<String>,
     /// Suspect a silent peer (no reset, no answer: a host that vanished) after this long, ms.
     /// Only --fail host-down and link wait for it.
@@ -138,10 +145,21 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
             "--plot draws one transport's Ts: give one --transport"
         );
     }
-    if matches!(fail, Fail::Host(_)) && a.hosts.is_none() && a.bootstrap.is_none() {
-        anyhow::bail!("--fail {fail}: needs processes on several hosts (--hosts K or --bootstrap)");
+    if matches!(fail, Fail::Host(_))
+        && a.hosts.is_none()
+        && a.torus.is_none()
+        && a.bootstrap.is_none()
+    {
+        anyhow::bail!(
+            "--fail {fail}: needs processes on several hosts (--hosts K, --torus or --bootstrap)"
+        );
     }
-    if let Some(k) = a.hosts {
+    anyhow::ensure!(
+        a.shape.is_none() || a.hosts.is_some() || a.torus.is_some(),
+        "--shape shapes the links of --hosts or --torus: give one of them"
+    );
+    let hosts = a.hosts.or(a.torus.map(|t| t.size() as u32));
+    if let Some(k) = hosts {
         for &n in &sizes {
             weft::bench::hosts::check(n, k)?;
         }
@@ -150,9 +168,25 @@ pub fn run(a: BenchStabilizeArgs) -> anyhow::Result<()> {
                 "--fail {fail} fails a host other than rank 0's: needs --hosts 2 or more"
             );
         }
-        let cluster = weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?;
+        use weft::bench::scenario::HostFailure;
+        match (a.torus, &fail) {
+            (Some(t), Fail::Host(HostFailure::Link)) => anyhow::bail!(
+                "--fail {fail} cuts one link of a bridge; on the torus {t} a host has six"
+            ),
+            // Static dimension-ordered routes do not go round a silent host, as BG/L's do
+            // not: every route through it would be cut too, rank 0's control channel among them.
+            (Some(t), Fail::Host(HostFailure::Down)) => anyhow::bail!(
+                "--fail {fail} on the torus {t} would cut every route through that host; \
+                 --fail host crashes its processes and leaves it forwarding"
+            ),
+            _ => {}
+        }
+        let cluster = match a.torus {
+            Some(t) => weft::bench::hosts::Cluster::torus(t, a.shape.as_deref())?,
+            None => weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?,
+        };
         let exe = std::env::current_exe()?;
-        let args = super::forwarded(std::env::args_os(), "stabilize", &[]);
+        let args = super::forwarded(std::env::args_os(), "stabilize", &["--torus"]);
         for &n in &sizes {
             for r in weft::bench::hosts::run(&exe, &cluster, a.shape.as_deref(), n, &args)? {
                 print_launched(&a, &r)?;
@@ -369,7 +403,10 @@ fn print_launched(a: &BenchStabilizeArgs, r: &BenchReport) -> anyhow::Result<()>
     } else {
         let on = match r.hosts {
             Some(k) => format!(
-                "on {k} netns hosts{}",
+                "on {k} netns hosts{}{}",
+                r.torus
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(" linked as a {t} torus")),
                 r.shape
                     .as_ref()
                     .map_or(String::new(), |s| format!(" shaped to {s}"))

@@ -11,6 +11,7 @@
 //! cluster named in `WEFT_NETNS_CLUSTER`.
 
 pub mod netns;
+pub mod torus;
 
 pub use netns::{Cluster, NetnsError};
 
@@ -80,6 +81,7 @@ pub fn run(
                 .map_err(|e| failed(format!("rank 0 printed {line:?}: {e}")))?;
             r.hosts = Some(cluster.hosts());
             r.shape = shape.map(str::to_owned);
+            r.torus = cluster.torus_shape().map(|t| t.to_string());
             Ok(r)
         })
         .collect()

@@ -1,6 +1,6 @@
-//! K hosts on one machine: network namespaces on a bridge, each with its own address, its link
-//! optionally shaped (`tc … tbf`, the Gigabit of ICS'06 §6), and the two silent failures a
-//! real network has: a host whose link goes down, and a link between two hosts that stops
+//! K hosts on one machine: network namespaces on a bridge (or linked as a 3-D torus, see
+//! [`super::torus`]), each with its own address, its link optionally shaped (`tc … tbf`, the
+//! Gigabit of ICS'06 §6), and the two silent failures a real network has: a host whose link goes down, and a link between two hosts that stops
 //! carrying anything. Neither says goodbye (no reset, no ICMP): the peers see only silence.
 //!
 //! Host `i` is namespace `weft-<pid>-h<i>` with device `weft0` at `10.202.<i/250>.<i%250+1>/16`,
@@ -14,6 +14,8 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+
+use crate::topology::torus::Torus;
 
 /// Most hosts one cluster makes (its addresses are one /16).
 pub const MAX_HOSTS: u32 = 1000;
@@ -80,6 +82,8 @@ pub fn check_rate(rate: &str) -> Result<(), NetnsError> {
 pub struct Cluster {
     tag: String,
     hosts: u32,
+    /// How the hosts are linked: `None`, one bridge; a torus, veth pairs between neighbours.
+    torus: Option<Torus>,
     /// The watchdog's pipe: closing it (drop, or this process dying) removes everything.
     watchdog: Option<Child>,
 }
@@ -105,6 +109,7 @@ impl Cluster {
         let mut cluster = Cluster {
             tag,
             hosts,
+            torus: None,
             watchdog: None,
         };
         cluster.watchdog = Some(cluster.start_watchdog()?);
@@ -142,25 +147,81 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// Make one host per node of `torus`, linked as that torus (see [`super::torus`]): host
+    /// `i` at `torus.coord(i)`, every link shaped to `shape` on its way out if given.
+    pub fn torus(torus: Torus, shape: Option<&str>) -> Result<Self, NetnsError> {
+        let hosts = u32::try_from(torus.size())
+            .ok()
+            .filter(|&k| k <= MAX_HOSTS)
+            .ok_or_else(|| {
+                NetnsError::Bad(format!("--torus {torus}: at most {MAX_HOSTS} hosts"))
+            })?;
+        if let Some(r) = shape {
+            check_rate(r)?;
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(NetnsError::NotRoot);
+        }
+        sweep();
+        let mut cluster = Cluster {
+            tag: std::process::id().to_string(),
+            hosts,
+            torus: Some(torus),
+            watchdog: None,
+        };
+        cluster.watchdog = Some(cluster.start_watchdog()?);
+        for i in 0..hosts {
+            run("ip", &["netns", "add", &cluster.ns(i)])?;
+        }
+        super::torus::wire(&cluster, &torus, shape)?;
+        Ok(cluster)
+    }
+
     /// A handle on the cluster that `value` ([`Cluster::env_value`]) names, made by another
     /// process (the harness); dropping it removes nothing.
     pub fn attach(value: &str) -> Result<Self, NetnsError> {
-        let bad = || NetnsError::Bad(format!("{value:?} does not name a cluster (TAG,HOSTS)"));
-        let (tag, hosts) = value.split_once(',').ok_or_else(bad)?;
+        let bad = || {
+            NetnsError::Bad(format!(
+                "{value:?} does not name a cluster (TAG,HOSTS or TAG,HOSTS,XxYxZ)"
+            ))
+        };
+        let mut parts = value.split(',');
+        let (Some(tag), Some(hosts)) = (parts.next(), parts.next()) else {
+            return Err(bad());
+        };
         let hosts: u32 = hosts.parse().map_err(|_| bad())?;
-        if tag.is_empty() || !tag.bytes().all(|b| b.is_ascii_digit()) || hosts == 0 {
+        let torus = parts
+            .next()
+            .map(|t| t.parse::<Torus>().map_err(|_| bad()))
+            .transpose()?;
+        if tag.is_empty()
+            || !tag.bytes().all(|b| b.is_ascii_digit())
+            || hosts == 0
+            || parts.next().is_some()
+            || torus.is_some_and(|t| t.size() != u64::from(hosts))
+        {
             return Err(bad());
         }
         Ok(Cluster {
             tag: tag.into(),
             hosts,
+            torus,
             watchdog: None,
         })
     }
 
     /// What names this cluster to another process ([`Cluster::attach`]).
     pub fn env_value(&self) -> String {
-        format!("{},{}", self.tag, self.hosts)
+        match self.torus {
+            None => format!("{},{}", self.tag, self.hosts),
+            Some(t) => format!("{},{},{t}", self.tag, self.hosts),
+        }
+    }
+
+    /// The torus the hosts are linked as, if they are.
+    pub fn torus_shape(&self) -> Option<Torus> {
+        self.torus
     }
 
     /// How many hosts.
@@ -230,12 +291,18 @@ impl Cluster {
     /// Host `i` vanishes: its link goes down, nothing reaches it and nothing leaves it.
     pub fn down(&self, i: u32) -> Result<(), NetnsError> {
         self.host(i)?;
+        if let Some(t) = self.torus {
+            return super::torus::down(self, &t, i, false);
+        }
         run("ip", &["-n", &self.ns(i), "link", "set", DEV, "down"])
     }
 
     /// Host `i`'s link comes back.
     pub fn up(&self, i: u32) -> Result<(), NetnsError> {
         self.host(i)?;
+        if let Some(t) = self.torus {
+            return super::torus::down(self, &t, i, true);
+        }
         run("ip", &["-n", &self.ns(i), "link", "set", DEV, "up"])
     }
 
@@ -279,12 +346,103 @@ impl Cluster {
     }
 
     fn pair(&self, a: u32, b: u32) -> Result<(), NetnsError> {
+        if let Some(t) = self.torus {
+            return Err(NetnsError::Bad(format!(
+                "a cut between two hosts is made on a bridge, not on the torus {t}"
+            )));
+        }
         self.host(a)?;
         self.host(b)?;
         if a == b {
             return Err(NetnsError::Bad(format!("host {a} has no link to itself")));
         }
         Ok(())
+    }
+}
+
+impl Cluster {
+    /// Run `f` on a thread of this process that has entered host `i`'s namespace: a socket it
+    /// makes belongs to that host, wherever it is used afterwards, and `/proc/sys/net` is the
+    /// host's.
+    pub fn in_host<R: Send>(
+        &self,
+        i: u32,
+        f: impl FnOnce() -> Result<R, NetnsError> + Send,
+    ) -> Result<R, NetnsError> {
+        self.host(i)?;
+        let path = format!("/run/netns/{}", self.ns(i));
+        let failed = |why: String| NetnsError::Command {
+            command: format!("setns {path}"),
+            why,
+        };
+        let ns = std::fs::File::open(&path).map_err(|e| failed(e.to_string()))?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                use std::os::fd::AsRawFd;
+                // SAFETY: a namespace file we hold open; only this thread moves.
+                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(failed(std::io::Error::last_os_error().to_string()));
+                }
+                f()
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+}
+
+/// `ip [-n ns] -batch -` of `lines`, one command each (nothing to do for none).
+pub(super) fn batch(ns: Option<&str>, lines: &[String]) -> Result<(), NetnsError> {
+    let mut args = Vec::new();
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    piped("ip", &args, lines)
+}
+
+/// `tc -n ns -batch -` of `lines`.
+pub(super) fn tc_batch(ns: &str, lines: &[String]) -> Result<(), NetnsError> {
+    piped("tc", &["-n", ns], lines)
+}
+
+fn piped(program: &str, args: &[&str], lines: &[String]) -> Result<(), NetnsError> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let failed = |why: String| NetnsError::Command {
+        command: format!(
+            "{program} {} -batch - ({} lines: {} …)",
+            args.join(" "),
+            lines.len(),
+            lines[0]
+        ),
+        why,
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .args(["-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut text = lines.join("\n");
+    text.push('\n');
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(text.as_bytes())
+        .map_err(|e| failed(e.to_string()))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| failed(e.to_string()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
     }
 }
 
@@ -338,6 +496,7 @@ mod tests {
         let c = Cluster {
             tag: "0".into(),
             hosts: MAX_HOSTS,
+            torus: None,
             watchdog: None,
         };
         let all: std::collections::HashSet<_> = (0..MAX_HOSTS).map(|i| c.addr(i)).collect();
