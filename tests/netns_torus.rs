@@ -111,3 +111,42 @@ fn failures_the_torus_cannot_route_round_are_refused_with_the_reason() {
         assert!(err.contains(why), "--fail {fail}: {err}");
     }
 }
+
+#[test]
+fn model_validate_on_the_torus_measures_l_at_every_hop_count_and_feeds_the_torus_to_the_models() {
+    if !can_make_hosts() {
+        return;
+    }
+    let out = common::weft_command(&[], &["model", "validate", "--json"])
+        .args(["--torus", "2x2x2", "--nodes-list", "8", "--repeat", "2"])
+        .args(["--radix", "2"])
+        .output()
+        .expect("weft runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("a row")).expect("JSON");
+    assert_eq!(r["testbed_torus"], "2x2x2", "{r}");
+    assert_eq!(
+        r["torus"], "2x2x2",
+        "the distance model's torus is the testbed's: {r}"
+    );
+    // 2x2x2: rank 0's neighbours are 1, 2 and 4, rank 7 is three hops away.
+    let at = r["l_at_hops_us"].as_array().expect("L(h) per hop count");
+    assert_eq!(at.len(), 3, "{r}");
+    assert!(
+        at.iter().all(|l| l.as_f64().is_some_and(|l| l > 0.0)),
+        "{r}"
+    );
+    assert!(
+        r["l_us"].as_f64().is_some_and(|l| l > 0.0),
+        "the paper's L, one hop's: {r}"
+    );
+    assert!(r["hop_latency_us"].as_f64().is_some_and(|m| m > 0.0), "{r}");
+    assert!(r["l_hop_us"].is_number(), "{r}");
+    assert_eq!(r["views_agree"], true, "{r}");
+}

@@ -107,6 +107,9 @@ pub struct Measured {
     pub pair: Contention,
     /// `L(N)` for each fan-out asked for: every rank in its group at once ([`contention`]).
     pub loaded: Vec<Contention>,
+    /// Ping-pong between rank 0 and each rank of `probes`, one pair at a time, nothing else
+    /// running (on a torus: one rank at each hop count).
+    pub probes: Vec<Contention>,
     /// The trials' report.
     pub report: BenchReport,
     /// Machines the ranks run on (distinct kernels: namespace hosts share one).
@@ -114,19 +117,21 @@ pub struct Measured {
 }
 
 /// Run the model validation's measurements as this rank of a launched job: `L` between two
-/// ranks, `L(N)` for every fan-out of `fanouts` ([`contention`], `iters` timed rounds per
-/// parent), then `repeat` trials. Rank 0 returns them; the others `None`.
+/// ranks, `L` between rank 0 and each rank `probes` names for the job's size, `L(N)` for
+/// every fan-out of `fanouts` ([`contention`], `iters` timed rounds per parent), then
+/// `repeat` trials. Rank 0 returns them; the others `None`.
 pub fn measure(
     cfg: &BenchConfig,
     want: Want,
     repeat: u32,
     fanouts: &[u32],
+    probes: &dyn Fn(u32) -> Vec<u32>,
     iters: u64,
 ) -> Result<Option<Measured>, BenchError> {
     let Some(mut job) = join(cfg, want)? else {
         return Ok(None);
     };
-    let measured = job.measure(repeat, fanouts, iters);
+    let measured = job.measure(repeat, fanouts, probes, iters);
     job.end();
     measured.map(Some)
 }
@@ -154,13 +159,21 @@ impl Root {
         &mut self,
         repeat: u32,
         fanouts: &[u32],
+        probes: &dyn Fn(u32) -> Vec<u32>,
         iters: u64,
     ) -> Result<Measured, BenchError> {
         let n = self.cfg.nodes;
         let warmup = (iters / 10).max(1);
-        let pair = vec![vec![NodeId(0), NodeId(u64::from(n - 1))]];
-        let rtt = self.driver.ping(&pair, iters, warmup)?;
-        let pair = Contention::of(n, 1, 1, &rtt);
+        let mut pair_with = |r: u32| -> Result<Contention, BenchError> {
+            let pair = vec![vec![NodeId(0), NodeId(u64::from(r))]];
+            let rtt = self.driver.ping(&pair, iters, warmup)?;
+            Ok(Contention::of(n, 1, 1, &rtt))
+        };
+        let pair = pair_with(n - 1)?;
+        let probes = probes(n)
+            .into_iter()
+            .map(&mut pair_with)
+            .collect::<Result<Vec<_>, _>>()?;
         let mut loaded = Vec::new();
         for &f in fanouts {
             let g = contention::groups(n, f);
@@ -177,6 +190,7 @@ impl Root {
         Ok(Measured {
             pair,
             loaded,
+            probes,
             report: self.report(trials)?,
             machines: boots.len() as u32,
         })

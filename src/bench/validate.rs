@@ -48,7 +48,8 @@ pub struct ValidateRow {
     pub ts_p50_us: f64,
     /// Measured Ts: 99th percentile, µs.
     pub ts_p99_us: f64,
-    /// L: one-way latency, µs.
+    /// L: one-way latency, µs (on an emulated torus, one hop's: the line through
+    /// `l_at_hops_us` at h = 1).
     pub l_us: f64,
     /// Ocp: local recalculation, µs.
     pub ocp_us: f64,
@@ -89,8 +90,26 @@ pub struct ValidateRow {
     pub contention_err: f64,
     /// |CPU sharing − mean| / mean.
     pub cpu_sharing_err: f64,
-    /// Namespace hosts the ranks ran on (`--hosts`).
+    /// On an emulated torus (`--torus`): `L(h)`, the one-way latency between rank 0 and a
+    /// rank `h` hops away, for h = 1, 2, … up to the farthest rank, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l_at_hops_us: Option<Vec<f64>>,
+    /// On an emulated torus: what each hop beyond the first adds to `L(h)`, the slope of the
+    /// repeated-median line through them, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l_hop_us: Option<f64>,
+    /// Hop-latency model (weft's own: each level charged `L(h)` at its hop count, not `h·L`),
+    /// µs; on an emulated torus only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop_latency_us: Option<f64>,
+    /// |hop latency − mean| / mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop_latency_err: Option<f64>,
+    /// Namespace hosts the ranks ran on (`--hosts`, or the torus's).
     pub hosts: Option<u32>,
+    /// The emulated torus the hosts were linked as (`--torus`), `XxYxZ`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub testbed_torus: Option<String>,
     /// Their links' rate (`--shape`).
     pub shape: Option<String>,
     /// The launcher, on a launched job.
@@ -261,8 +280,21 @@ pub fn validate_launched(
     repeat: u32,
     torus: Option<Torus>,
 ) -> Result<Option<ValidateRow>, BenchError> {
-    let Some(m) =
-        super::launched::measure(cfg, want, repeat, &fanouts(cfg.radix), CONTENTION_ROUNDS)?
+    // On an emulated torus the distance model's torus is the one the ranks run on, and `L`
+    // is measured at every hop count.
+    let testbed = std::env::var(super::hosts::CLUSTER_VAR)
+        .ok()
+        .and_then(|v| super::hosts::Cluster::attach(&v).ok())
+        .and_then(|c| c.torus_shape());
+    let probes = |n: u32| testbed.map_or_else(Vec::new, |t| one_rank_per_hop_count(t, n));
+    let Some(m) = super::launched::measure(
+        cfg,
+        want,
+        repeat,
+        &fanouts(cfg.radix),
+        &probes,
+        CONTENTION_ROUNDS,
+    )?
     else {
         return Ok(None);
     };
@@ -270,20 +302,44 @@ pub fn validate_launched(
         nodes: m.report.nodes,
         ..cfg.clone()
     };
-    let torus = torus_for(&cfg, torus)?;
+    let torus = torus_for(&cfg, testbed.or(torus))?;
+    let at_hops: Vec<f64> = m.probes.iter().map(|p| p.l_us).collect();
     // The CPU-sharing model's per-message cost, on this host's cores.
     let (_, c, cores) = measure_engine(&cfg)?;
+    // The paper's `L` is a single hop's: on the torus, the line through every hop count's
+    // latency at one hop (robust to the one ping that shared a core with its peer).
+    let points: Vec<(u32, f64)> = (1..).zip(at_hops.iter().copied()).collect();
+    let (l1, l_hop) = latency::fit_hops(&points);
+    let l = if at_hops.is_empty() { m.pair.l_us } else { l1 };
     let mut r = row(
         &cfg,
         repeat,
         torus,
-        m.pair.l_us,
+        l,
         &m.loaded,
         (c, cores * m.machines.max(1)),
         &m.report,
     )?;
     r.launcher = m.report.launcher.clone();
+    if testbed.is_some() && !at_hops.is_empty() {
+        let model = latency::hop_latency(l1, l_hop, r.ocp_us, cfg.nodes, cfg.radix, torus);
+        r.l_at_hops_us = Some(at_hops);
+        r.l_hop_us = Some(l_hop);
+        r.hop_latency_us = Some(model);
+        r.hop_latency_err = Some(latency::relative_error(model, r.ts_mean_us));
+    }
     Ok(Some(r))
+}
+
+/// For a job of `n` ranks on `torus` (rank r on node r mod its size), the first rank at each
+/// hop count from rank 0, 1 up to the farthest any rank is.
+pub fn one_rank_per_hop_count(torus: Torus, n: u32) -> Vec<u32> {
+    let size = torus.size().max(1);
+    let on = |r: u32| crate::Rank((u64::from(r) % size) as u32);
+    let far = (1..n).map(|r| torus.hops(on(0), on(r))).max().unwrap_or(0);
+    (1..=far)
+        .filter_map(|h| (1..n).find(|&r| torus.hops(on(0), on(r)) == h))
+        .collect()
 }
 
 /// The row of one N: the models from the parameters, beside the measured Ts in `report`.
@@ -347,7 +403,12 @@ fn row(
         distance_err: latency::relative_error(distance, m),
         contention_err: latency::relative_error(contention, m),
         cpu_sharing_err: latency::relative_error(cpu_sharing, m),
+        l_at_hops_us: None,
+        l_hop_us: None,
+        hop_latency_us: None,
+        hop_latency_err: None,
         hosts: None,
+        testbed_torus: None,
         shape: None,
         launcher: None,
         steal_pct: report.steal_pct,
@@ -380,5 +441,19 @@ mod tests {
         // detector's NodeFailure and the root's FailureDetAck (no leaf of a 64-node radix-4
         // tree hangs off the root, so the detector is never the root itself).
         assert_eq!(m, 2.0 * 62.0 + 2.0, "{m}");
+    }
+
+    #[test]
+    fn the_hop_probes_are_one_rank_at_each_distance_from_rank_0() {
+        let t = Torus::new(4, 4, 4).unwrap();
+        let probes = one_rank_per_hop_count(t, 64);
+        assert_eq!(probes.len() as u32, t.diameter());
+        for (h, &r) in (1..).zip(&probes) {
+            assert_eq!(t.hops(crate::Rank(0), crate::Rank(r)), h, "rank {r}");
+        }
+        // Eight ranks of a 4x4x4 torus are its rows y = 0 and 1 of z = 0: rank 6, at (2, 1, 0),
+        // is the farthest, three hops away.
+        assert_eq!(one_rank_per_hop_count(t, 8), vec![1, 2, 6]);
+        assert!(one_rank_per_hop_count(t, 1).is_empty());
     }
 }

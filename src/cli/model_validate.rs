@@ -28,9 +28,15 @@ pub struct ValidateArgs {
     repeat: u32,
     #[command(flatten)]
     engine: super::EngineArgs,
-    /// The distance model's torus, XxYxZ (default: the smallest BG/L partition holding each
-    /// size: 8x8x8 up to 512, 8x8x16 for 1024, …).
-    #[arg(long)]
+    /// The distance model's torus, XxYxZ, where the ranks do not run on one (default: the
+    /// smallest BG/L partition holding each size: 8x8x8 up to 512, 8x8x16 for 1024, …).
+    #[arg(long, conflicts_with = "torus")]
+    model_torus: Option<Torus>,
+    /// Run every size on an emulated X×Y×Z torus made on this machine (network namespaces
+    /// linked to their six neighbours, routed x then y then z; root needed), rank r on host
+    /// r mod X·Y·Z (XYZ order, as BG/L maps ranks), and feed the distance model that torus:
+    /// `L` is measured at one hop, and `L(h)` at every hop count h up to the farthest rank.
+    #[arg(long, conflicts_with_all = ["hosts", "bootstrap"])]
     torus: Option<Torus>,
     /// Seed of the victims' choice.
     #[arg(long)]
@@ -54,7 +60,7 @@ pub struct ValidateArgs {
     hosts: Option<u32>,
     /// With --hosts: shape every host's link to this rate both ways (`tc … tbf`), e.g. 1gbit,
     /// the Gigabit Ethernet of the paper's Figures 6–8.
-    #[arg(long, requires = "hosts")]
+    #[arg(long)]
     shape: Option<String>,
 }
 
@@ -70,7 +76,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         "--nodes-list: need at least one size"
     );
     checks::distinct("--nodes-list", &a.nodes_list)?;
-    if let (Some(t), Some(&n)) = (a.torus, a.nodes_list.iter().max()) {
+    if let (Some(t), Some(&n)) = (a.torus.or(a.model_torus), a.nodes_list.iter().max()) {
         anyhow::ensure!(
             t.holds(n as u64),
             "--torus {t}: {n} nodes do not fit on its {} nodes",
@@ -87,7 +93,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("--bootstrap peers is for weft node; here a launcher")
         })?;
         // The size is the job's: checked by the launched run once the launcher says it.
-        let Some(r) = validate_launched(&config(2), want, a.repeat, a.torus)? else {
+        let Some(r) = validate_launched(&config(2), want, a.repeat, a.model_torus)? else {
             return Ok(());
         };
         let mut table = Table::new(&a, seed);
@@ -109,14 +115,19 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.plot {
         checks::writable("--plot", p)?;
     }
-    let cluster = match a.hosts {
-        Some(k) => {
+    anyhow::ensure!(
+        a.shape.is_none() || a.hosts.is_some() || a.torus.is_some(),
+        "--shape shapes the links of --hosts or --torus: give one of them"
+    );
+    let cluster = match (a.hosts, a.torus) {
+        (Some(k), _) => {
             for &n in &a.nodes_list {
                 weft::bench::hosts::check(n, k)?;
             }
             Some(weft::bench::hosts::Cluster::new(k, a.shape.as_deref())?)
         }
-        None => None,
+        (None, Some(t)) => Some(weft::bench::hosts::Cluster::torus(t, a.shape.as_deref())?),
+        (None, None) => None,
     };
     let mut table = Table::new(&a, seed);
     let mut rows: Vec<ValidateRow> = Vec::new();
@@ -127,7 +138,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
     for &n in &a.nodes_list {
         let r = match &cluster {
             Some(c) => on_hosts(c, a.shape.as_deref(), n, seed)?,
-            None => validate(&config(n), a.repeat, a.torus)?,
+            None => validate(&config(n), a.repeat, a.model_torus)?,
         };
         bar.inc(1);
         bar.suspend(|| table.row(&r));
@@ -153,7 +164,11 @@ fn on_hosts(
     seed: u64,
 ) -> anyhow::Result<ValidateRow> {
     let exe = std::env::current_exe()?;
-    let mut args = super::forwarded(std::env::args_os(), "validate", &["--plot", "--seed"]);
+    let mut args = super::forwarded(
+        std::env::args_os(),
+        "validate",
+        &["--plot", "--seed", "--torus"],
+    );
     args.extend(["--seed".into(), seed.to_string().into()]);
     let lines = weft::bench::hosts::launch(&exe, cluster, n, &["model", "validate"], &args)?;
     let line = lines.last().map(String::as_str).unwrap_or_default();
@@ -161,6 +176,7 @@ fn on_hosts(
         .map_err(|e| anyhow::anyhow!("--hosts: rank 0 printed {line:?}: {e}"))?;
     r.hosts = Some(cluster.hosts());
     r.shape = shape.map(str::to_owned);
+    r.testbed_torus = cluster.torus_shape().map(|t| t.to_string());
     Ok(r)
 }
 
@@ -174,6 +190,13 @@ impl Table {
     fn new(a: &ValidateArgs, seed: u64) -> Self {
         if !a.json {
             let on = match (a.hosts, a.bootstrap) {
+                (None, None) if a.torus.is_some() => format!(
+                    "an emulated {} torus of netns hosts{}",
+                    a.torus.map(|t| t.to_string()).unwrap_or_default(),
+                    a.shape
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(", links shaped to {s}"))
+                ),
                 (Some(k), _) => format!(
                     "{k} netns hosts{}",
                     a.shape
@@ -194,6 +217,10 @@ impl Table {
             say!("L(N) = one-way latency while every process pings in a group of a parent and radix children (ICS'06 Fig. 7),");
             say!("contention = base with L(N) for L (the paper's), cpu sharing = base + the stabilization's CPU over the cores,");
             say!("steal = CPU time the hypervisor took from this machine during the sweep point");
+            if a.torus.is_some() {
+                say!("on the torus: L is one hop's; L(h) is measured at every hop count h, L_hop is what a hop adds,");
+                say!("hop latency = the distance model with each level charged L(h) at its hop count, not h·L (weft's own)");
+            }
             say!(
                 "{:>6} {:>2} {:>17} {:>7} {:>7} {:>7} {:>14} {:>14} {:>16} {:>16} {:>7}",
                 "nodes",
@@ -238,13 +265,27 @@ impl Table {
             pct(r.cpu_sharing_err),
             r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}"))
         );
+        if let (Some(at), Some(hop), Some(m), Some(e)) = (
+            &r.l_at_hops_us,
+            r.l_hop_us,
+            r.hop_latency_us,
+            r.hop_latency_err,
+        ) {
+            let at: Vec<String> = at.iter().map(|l| format!("{l:.1}")).collect();
+            say!(
+                "{:>6}    L(h) µs for h = 1.. [{}], L_hop {hop:.2} µs, hop latency {m:.0} ({})",
+                "",
+                at.join(", "),
+                pct(e)
+            );
+        }
     }
 }
 
 /// The measured points and every model's curve against N.
 fn plot(a: &ValidateArgs, path: &std::path::Path, rows: &[ValidateRow]) -> anyhow::Result<()> {
     let n = |r: &ValidateRow| r.nodes as f64;
-    let series = [
+    let mut series = vec![
         Series::of("measured (mean, 99% CI)", rows, n, |r| r.ts_mean_us)
             .with_error(rows, |r| r.ci99_us.unwrap_or(0.0)),
         Series::of("base model", rows, n, |r| r.base_us),
@@ -252,6 +293,7 @@ fn plot(a: &ValidateArgs, path: &std::path::Path, rows: &[ValidateRow]) -> anyho
             &format!(
                 "distance model ({} torus)",
                 a.torus
+                    .or(a.model_torus)
                     .map_or("BG/L partition".to_string(), |t| t.to_string())
             ),
             rows,
@@ -261,12 +303,24 @@ fn plot(a: &ValidateArgs, path: &std::path::Path, rows: &[ValidateRow]) -> anyho
         Series::of("contention model (L(N))", rows, n, |r| r.contention_us),
         Series::of("CPU-sharing model", rows, n, |r| r.cpu_sharing_us),
     ];
-    let on = match a.hosts {
-        Some(k) => format!(
+    if rows.iter().all(|r| r.hop_latency_us.is_some()) {
+        series.push(Series::of(
+            "hop-latency model (L(h); weft's)",
+            rows,
+            n,
+            |r| r.hop_latency_us.unwrap_or_default(),
+        ));
+    }
+    let on = match (a.hosts, a.torus) {
+        (Some(k), _) => format!(
             "{k} netns hosts{}",
             a.shape.as_ref().map_or(String::new(), |s| format!(", {s}"))
         ),
-        None => "loopback TCP".into(),
+        (None, Some(t)) => format!(
+            "an emulated {t} torus{}",
+            a.shape.as_ref().map_or(String::new(), |s| format!(", {s}"))
+        ),
+        (None, None) => "loopback TCP".into(),
     };
     let title = format!(
         "Ts after a {} failure, radix {}, {on} ({})",

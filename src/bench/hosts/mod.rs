@@ -98,13 +98,15 @@ pub fn launch(
     args: &[OsString],
 ) -> Result<Vec<String>, BenchError> {
     let k = cluster.hosts();
-    check(nodes, k)?;
+    if cluster.torus_shape().is_none() {
+        check(nodes, k)?;
+    }
     let key = JobKey::generate().map_err(failed)?;
     let rendezvous = format!("{}:{RENDEZVOUS_PORT}", cluster.addr(0));
     let mut ranks = Ranks(Vec::new());
     let mut out = None;
     for rank in 0..nodes {
-        let h = host_of(rank, nodes, k);
+        let h = cluster.host_of(rank, nodes);
         let mut cmd = cluster.command(h, exe);
         cmd.args(command)
             .args(args)

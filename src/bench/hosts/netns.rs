@@ -219,6 +219,16 @@ impl Cluster {
         }
     }
 
+    /// The host of rank `rank` of a job of `nodes`: on a bridge in blocks ([`super::host_of`],
+    /// as `srun -m block`); on a torus rank r on host r mod K, XYZ order as BG/L maps ranks
+    /// (and as the distance model lays them out).
+    pub fn host_of(&self, rank: u32, nodes: u32) -> u32 {
+        match self.torus {
+            None => super::host_of(rank, nodes, self.hosts),
+            Some(_) => rank % self.hosts,
+        }
+    }
+
     /// The torus the hosts are linked as, if they are.
     pub fn torus_shape(&self) -> Option<Torus> {
         self.torus
