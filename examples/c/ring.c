@@ -33,9 +33,13 @@ struct state {
     uint32_t failed[MAX_RANKS];
     size_t n_failed;
     unsigned undelivered;
+    /* Of those, sends to the killed rank that failed because it died (WEFT_FAILED_DEAD). */
+    unsigned lost_to_killed;
     /* Sends that reached their destination's application. */
     unsigned delivered;
 };
+
+static uint32_t killed = UINT32_MAX;
 
 static void on_event(const weft_event *ev, void *arg) {
     struct state *s = arg;
@@ -48,6 +52,7 @@ static void on_event(const weft_event *ev, void *arg) {
         break;
     case WEFT_EV_FAILED:
         s->undelivered++;
+        if (ev->rank == killed && ev->reason == WEFT_FAILED_DEAD) s->lost_to_killed++;
         break;
     case WEFT_EV_SUSPECTED:
         printf("rank %u: rank %u suspects rank %u (reason %u)\n", s->rank, ev->by, ev->rank,
@@ -105,10 +110,11 @@ static void drive_until(int (*done)(void), const char *what) {
     }
 }
 
-static uint32_t killed = UINT32_MAX;
-
-/* The first lap: this rank's message arrived, and its predecessor's came. */
-static int got_first(void) { return s.received[0] >= 1 && s.delivered >= 1; }
+/* The first lap: the predecessor's message came, and this rank's send settled. It settles
+ * as delivered, except where the successor is the rank that kills itself: that rank may die
+ * after its application took the message and before its acknowledgement left, and then the
+ * send fails (WEFT_FAILED_DEAD), as the ABI promises of a destination that dies. */
+static int got_first(void) { return s.received[0] >= 1 && s.delivered + s.undelivered >= 1; }
 static int view_without_killed(void) {
     if (s.n_view == 0) return 0;
     for (size_t i = 0; i < s.n_view; i++)
@@ -184,13 +190,16 @@ int main(void) {
     uint64_t expect = 0;
     for (size_t i = 0; i < n; i++) expect |= 1ull << live[i];
     int failed_ok = killed < s.size ? (s.n_failed == 1 && s.failed[0] == killed) : s.n_failed == 0;
-    int ok = s.agreed_value == expect && failed_ok && s.undelivered == 0;
+    /* The only send that may fail is the first lap's to the killed rank. */
+    int ok = s.agreed_value == expect && failed_ok && s.undelivered == s.lost_to_killed &&
+             s.lost_to_killed <= 1;
     char failed[16 * MAX_RANKS] = "";
     for (size_t i = 0, at = 0; i < s.n_failed && at < sizeof failed - 16; i++)
         at += (size_t)snprintf(failed + at, sizeof failed - at, i ? ", %u" : "%u", s.failed[i]);
-    printf("rank %u: agreed 0x%llx (expected 0x%llx), failed [%s] -> %s\n", s.rank,
-           (unsigned long long)s.agreed_value, (unsigned long long)expect, failed,
-           ok ? "ok" : "WRONG");
+    printf("rank %u: agreed 0x%llx (expected 0x%llx), failed [%s], %u send(s) lost with the "
+           "killed rank -> %s\n",
+           s.rank, (unsigned long long)s.agreed_value, (unsigned long long)expect, failed,
+           s.lost_to_killed, ok ? "ok" : "WRONG");
 
     /* A closing round, so that no survivor leaves while another still needs its frames. */
     for (size_t i = 0; i < n; i++)
