@@ -358,6 +358,15 @@ fn model_validate_compares_every_model_and_plots() {
         let want = 2.0 * f("l_n_us") * (h - 1.0) + f("ocp_us") * h;
         assert!((f("contention_us") - want).abs() < 1e-6 * want, "{v}");
         assert_eq!(f("l_n_us"), f("l_n_fan4_us"), "{v}");
+        // The cold row: the same models fed the cold latencies, which are the cold legs of
+        // round trips and so never below the warm ones' halves.
+        let cold = &v["cold"];
+        let c = |k: &str| cold[k].as_f64().unwrap_or(f64::NAN);
+        assert!(c("l_cold_us") > 0.0 && c("l_n_cold_us") > 0.0, "{v}");
+        let want = 2.0 * c("l_n_cold_us") * (h - 1.0) + f("ocp_us") * h;
+        assert!((c("contention_us") - want).abs() < 1e-6 * want, "{v}");
+        let want = 2.0 * c("l_cold_us") * (h - 1.0) + f("ocp_us") * h;
+        assert!((c("base_us") - want).abs() < 1e-6 * want, "{v}");
     }
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("contention model (L(N))") && svg.contains("CPU-sharing model"));

@@ -148,5 +148,9 @@ fn model_validate_on_the_torus_measures_l_at_every_hop_count_and_feeds_the_torus
     );
     assert!(r["hop_latency_us"].as_f64().is_some_and(|m| m > 0.0), "{r}");
     assert!(r["l_hop_us"].is_number(), "{r}");
+    assert!(
+        r["cold"]["l_cold_us"].as_f64().is_some_and(|l| l > 0.0),
+        "{r}"
+    );
     assert_eq!(r["views_agree"], true, "{r}");
 }

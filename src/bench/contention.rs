@@ -79,21 +79,49 @@ impl Contention {
 }
 
 /// Each group's protocol: the parent pings its children `iters` timed rounds (after
-/// `warmup`), the others echo.
-pub fn protocol(groups: &[Vec<NodeId>], me: NodeId, iters: u64, warmup: u64) -> PingPong {
+/// `warmup`), `gap` idle between rounds (zero: back to back), the others echo.
+pub fn protocol(
+    groups: &[Vec<NodeId>],
+    me: NodeId,
+    iters: u64,
+    warmup: u64,
+    gap: Duration,
+) -> PingPong {
     match groups.iter().find(|g| g.first() == Some(&me)) {
-        Some(g) => PingPong::fan_out(g[1..].to_vec(), vec![PING_BYTES], iters, warmup),
+        Some(g) => {
+            PingPong::fan_out(g[1..].to_vec(), vec![PING_BYTES], iters, warmup).with_gap(gap)
+        }
         None => PingPong::ponger(),
     }
 }
 
+/// The idle time before each round of a *cold* ping: ten times the adaptive reactor's spin,
+/// so every ping finds its receiver blocked, as a stabilization's first message finds the
+/// processes that were idle before the failure.
+pub const COLD_GAP: Duration = Duration::from_micros(crate::engine::SPIN.as_micros() as u64 * 10);
+
+/// Timed rounds of a cold ping (each waits [`COLD_GAP`] first).
+pub const COLD_ROUNDS: u64 = 60;
+
+impl Contention {
+    /// The one-way latency of a cold round: its round trip less the warm one-way `warm_us`
+    /// (the echo comes back to a pinger that has just sent, and spins), µs; never less than
+    /// half the round trip, since the cold leg cannot be the cheaper one (a warm figure that
+    /// a scheduling accident inflated would otherwise make it small, or negative).
+    pub fn cold_one_way(&self, warm_us: f64) -> f64 {
+        let rtt = 2.0 * self.l_us;
+        (rtt - warm_us).max(rtt / 2.0)
+    }
+}
+
 /// Measure `L(N)` on `n` in-process engine nodes (loopback, sharing the cores): `iters` timed
-/// rounds per parent, after `warmup`.
+/// rounds per parent, after `warmup`, `gap` idle before each.
 pub fn measure(
     n: u32,
     fanout: u32,
     iters: u64,
     warmup: u64,
+    gap: Duration,
     opts: &NodeOptions,
     timeout: Duration,
 ) -> Result<Contention, EngineError> {
@@ -101,7 +129,7 @@ pub fn measure(
     let parents: HashSet<NodeId> = g.iter().filter_map(|g| g.first().copied()).collect();
     let shared = g.clone();
     let cluster = Cluster::start(n as usize, opts.clone(), move |i, ids| {
-        protocol(&shared, ids[i], iters, warmup)
+        protocol(&shared, ids[i], iters, warmup, gap)
     })?;
     let deadline = Instant::now() + timeout;
     let mut done = HashSet::new();
@@ -156,7 +184,10 @@ mod tests {
     #[test]
     fn only_parents_ping() {
         let g = groups(10, 4);
-        let (parent, child) = (protocol(&g, NodeId(5), 3, 0), protocol(&g, NodeId(6), 3, 0));
+        let (parent, child) = (
+            protocol(&g, NodeId(5), 3, 0, Duration::ZERO),
+            protocol(&g, NodeId(6), 3, 0, Duration::ZERO),
+        );
         assert!(parent.is_pinger() && !child.is_pinger());
     }
 
@@ -173,11 +204,22 @@ mod tests {
             2,
             20,
             2,
+            Duration::ZERO,
             &NodeOptions::default(),
             Duration::from_secs(20),
         )
         .unwrap();
         assert_eq!((c.nodes, c.groups, c.rounds), (6, 2, 40));
         assert!(c.l_us > 0.0 && c.l_p99_us >= c.l_us, "{c:?}");
+    }
+
+    #[test]
+    fn a_cold_leg_is_its_round_trip_less_the_warm_leg_and_never_the_cheaper_half() {
+        let c = Contention::of(2, 1, 1, &[60_000, 60_000, 60_000]);
+        assert_eq!(c.l_us, 30.0);
+        assert_eq!(c.cold_one_way(10.0), 50.0);
+        // A warm figure larger than the cold round trip's half says nothing of the legs.
+        assert_eq!(c.cold_one_way(45.0), 30.0);
+        assert_eq!(c.cold_one_way(90.0), 30.0);
     }
 }

@@ -105,8 +105,13 @@ pub struct Measured {
     /// `L`: ping-pong between rank 0 and the last rank (on the last host, when there are
     /// several), nothing else running; `fanout` 1.
     pub pair: Contention,
+    /// Cold round trips ([`contention::COLD_GAP`] idle before each) between rank 0 and the
+    /// first probe (else the last rank).
+    pub cold_pair: Contention,
     /// `L(N)` for each fan-out asked for: every rank in its group at once ([`contention`]).
     pub loaded: Vec<Contention>,
+    /// Cold `L(N)` for the tree's own fan-out (its radix).
+    pub cold_loaded: Contention,
     /// Ping-pong between rank 0 and each rank of `probes`, one pair at a time, nothing else
     /// running (on a torus: one rank at each hop count).
     pub probes: Vec<Contention>,
@@ -164,22 +169,37 @@ impl Root {
     ) -> Result<Measured, BenchError> {
         let n = self.cfg.nodes;
         let warmup = (iters / 10).max(1);
-        let mut pair_with = |r: u32| -> Result<Contention, BenchError> {
+        let probes = probes(n);
+        let mut pair_with = |r: u32, gap: Duration| -> Result<Contention, BenchError> {
             let pair = vec![vec![NodeId(0), NodeId(u64::from(r))]];
-            let rtt = self.driver.ping(&pair, iters, warmup)?;
+            let (iters, warmup) = if gap.is_zero() {
+                (iters, warmup)
+            } else {
+                (contention::COLD_ROUNDS, 2)
+            };
+            let rtt = self.driver.ping(&pair, iters, warmup, gap)?;
             Ok(Contention::of(n, 1, 1, &rtt))
         };
-        let pair = pair_with(n - 1)?;
-        let probes = probes(n)
+        let pair = pair_with(n - 1, Duration::ZERO)?;
+        // The cold pair is the one-hop probe where there is one (the paper's L is one hop's).
+        let cold_peer = probes.first().copied().unwrap_or(n - 1);
+        let cold_pair = pair_with(cold_peer, contention::COLD_GAP)?;
+        let probes = probes
             .into_iter()
-            .map(&mut pair_with)
+            .map(|r| pair_with(r, Duration::ZERO))
             .collect::<Result<Vec<_>, _>>()?;
         let mut loaded = Vec::new();
         for &f in fanouts {
             let g = contention::groups(n, f);
-            let rtt = self.driver.ping(&g, iters, warmup)?;
+            let rtt = self.driver.ping(&g, iters, warmup, Duration::ZERO)?;
             loaded.push(Contention::of(n, f, g.len() as u32, &rtt));
         }
+        let tree = self.cfg.radix;
+        let g = contention::groups(n, tree);
+        let rtt = self
+            .driver
+            .ping(&g, contention::COLD_ROUNDS, 2, contention::COLD_GAP)?;
+        let cold_loaded = Contention::of(n, tree, g.len() as u32, &rtt);
         let trials = match self.driver.trials(&self.cfg, repeat, |_, _| {}) {
             (t, None) => Ok(t),
             (_, Some(e)) => Err(e),
@@ -189,7 +209,9 @@ impl Root {
         boots.dedup();
         Ok(Measured {
             pair,
+            cold_pair,
             loaded,
+            cold_loaded,
             probes,
             report: self.report(trials)?,
             machines: boots.len() as u32,
@@ -368,8 +390,9 @@ impl Rank {
                         m["iters"].as_u64().unwrap_or(0),
                         m["warmup"].as_u64().unwrap_or(0),
                     );
+                    let gap = Duration::from_micros(m["gap_us"].as_u64().unwrap_or(0));
                     if groups.iter().any(|g| g.contains(&self.id)) {
-                        let proto = contention::protocol(&groups, self.id, iters, warmup);
+                        let proto = contention::protocol(&groups, self.id, iters, warmup, gap);
                         pinger = Some(self.start_pinger(l, proto, tx.clone())?);
                     } else {
                         // Sits this phase out; the listener waits for the next.
@@ -1194,6 +1217,7 @@ impl Driver {
         groups: &[Vec<NodeId>],
         iters: u64,
         warmup: u64,
+        gap: Duration,
     ) -> Result<Vec<u64>, BenchError> {
         let mut seen = Vec::new();
         self.tell_all(json!({"c": "stop"}))?;
@@ -1205,7 +1229,10 @@ impl Driver {
             .map(|g| g.iter().map(|i| i.0).collect())
             .collect();
         seen.clear();
-        self.tell_all(json!({"c": "ping", "groups": ids, "iters": iters, "warmup": warmup}))?;
+        self.tell_all(
+            json!({"c": "ping", "groups": ids, "iters": iters, "warmup": warmup,
+                             "gap_us": gap.as_micros() as u64}),
+        )?;
         self.all_say("started", &mut seen)?;
         let mut parents: HashSet<u32> = groups.iter().map(|g| g[0].0 as u32).collect();
         let deadline = Instant::now() + self.timeout;

@@ -90,6 +90,9 @@ pub struct ValidateRow {
     pub contention_err: f64,
     /// |CPU sharing − mean| / mean.
     pub cpu_sharing_err: f64,
+    /// The same models fed cold latencies (receivers idle before each ping).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold: Option<ColdModels>,
     /// On an emulated torus (`--torus`): `L(h)`, the one-way latency between rank 0 and a
     /// rank `h` hops away, for h = 1, 2, … up to the farthest rank, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,6 +121,36 @@ pub struct ValidateRow {
     pub steal_pct: Option<f64>,
     /// Every trial's survivors agreed on one view.
     pub views_agree: bool,
+}
+
+/// Every model again, fed the latencies of *cold* rounds: a ping that finds its receiver idle
+/// ([`super::contention::COLD_GAP`] after the last round, its reactor blocked), as a
+/// stabilization's first message finds the processes that were idle before the failure. The
+/// models are the paper's; only the latencies they are fed are measured differently, and are
+/// named so.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ColdModels {
+    /// Cold `L`: one-way latency of a ping whose receiver was idle (its round trip less the
+    /// warm one-way of the echo), µs.
+    pub l_cold_us: f64,
+    /// Cold `L(N)` at the tree's fan-out, the same way, µs.
+    pub l_n_cold_us: f64,
+    /// Base model with the cold `L`, µs.
+    pub base_us: f64,
+    /// Distance model with the cold `L`, µs.
+    pub distance_us: f64,
+    /// Contention model with the cold `L(N)`, µs.
+    pub contention_us: f64,
+    /// CPU-sharing model on the cold base, µs.
+    pub cpu_sharing_us: f64,
+    /// |base − mean| / mean.
+    pub base_err: f64,
+    /// |distance − mean| / mean.
+    pub distance_err: f64,
+    /// |contention − mean| / mean.
+    pub contention_err: f64,
+    /// |CPU sharing − mean| / mean.
+    pub cpu_sharing_err: f64,
 }
 
 /// Ocp: mean time for one process of a job of `n` to handle the `FailedNode` of a single inner
@@ -254,21 +287,57 @@ pub fn validate(
 ) -> Result<ValidateRow, BenchError> {
     let torus = torus_for(cfg, torus)?;
     let (l, c, cores) = measure_engine(cfg)?;
+    use super::contention::{measure, COLD_GAP, COLD_ROUNDS};
     let loaded = fanouts(cfg.radix)
         .into_iter()
         .map(|f| {
-            super::contention::measure(
+            let rounds = CONTENTION_ROUNDS;
+            measure(
                 cfg.nodes,
                 f,
-                CONTENTION_ROUNDS,
-                CONTENTION_ROUNDS / 10,
+                rounds,
+                rounds / 10,
+                Duration::ZERO,
                 &cfg.opts,
                 cfg.timeout,
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // Cold: a pair of nodes alone, and the tree's fan-out at N, each round after an idle gap.
+    let cold_pair = measure(2, 1, COLD_ROUNDS, 2, COLD_GAP, &cfg.opts, cfg.timeout)?;
+    let warm_pair = measure(
+        2,
+        1,
+        CONTENTION_ROUNDS,
+        20,
+        Duration::ZERO,
+        &cfg.opts,
+        cfg.timeout,
+    )?;
+    let cold_loaded = measure(
+        cfg.nodes,
+        cfg.radix,
+        COLD_ROUNDS,
+        2,
+        COLD_GAP,
+        &cfg.opts,
+        cfg.timeout,
+    )?;
+    let cold = Cold {
+        l: cold_pair.cold_one_way(warm_pair.l_us),
+        l_n: cold_loaded.cold_one_way(l_n_of(&loaded, cfg.radix)),
+    };
     let report = bench::run(cfg, repeat, |_, _| {})?;
-    row(cfg, repeat, torus, l, &loaded, (c, cores), &report)
+    row(
+        cfg,
+        repeat,
+        torus,
+        l,
+        &loaded,
+        Some(cold),
+        (c, cores),
+        &report,
+    )
 }
 
 /// Validate at one N as this rank of a launched job (`want`: which launcher): `L` and `L(N)`
@@ -311,12 +380,18 @@ pub fn validate_launched(
     let points: Vec<(u32, f64)> = (1..).zip(at_hops.iter().copied()).collect();
     let (l1, l_hop) = latency::fit_hops(&points);
     let l = if at_hops.is_empty() { m.pair.l_us } else { l1 };
+    let cold = Cold {
+        l: m.cold_pair
+            .cold_one_way(at_hops.first().copied().unwrap_or(m.pair.l_us)),
+        l_n: m.cold_loaded.cold_one_way(l_n_of(&m.loaded, cfg.radix)),
+    };
     let mut r = row(
         &cfg,
         repeat,
         torus,
         l,
         &m.loaded,
+        Some(cold),
         (c, cores * m.machines.max(1)),
         &m.report,
     )?;
@@ -342,26 +417,39 @@ pub fn one_rank_per_hop_count(torus: Torus, n: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Cold one-way latencies: a pair's `L` and the tree's fan-out's `L(N)`, µs.
+#[derive(Clone, Copy, Debug)]
+struct Cold {
+    l: f64,
+    l_n: f64,
+}
+
+/// The warm `L(N)` of fan-out `f` among `loaded` (NaN if it was not measured).
+fn l_n_of(loaded: &[super::contention::Contention], f: u32) -> f64 {
+    loaded
+        .iter()
+        .find(|x| x.fanout == f)
+        .map_or(f64::NAN, |x| x.l_us)
+}
+
 /// The row of one N: the models from the parameters, beside the measured Ts in `report`.
-/// `cpu`: the per-message cost `c` and the cores the processes share.
+/// `cold`: the cold latencies, for the models' second row. `cpu`: the per-message cost `c` and
+/// the cores the processes share.
+#[allow(clippy::too_many_arguments)]
 fn row(
     cfg: &BenchConfig,
     repeat: u32,
     torus: Torus,
     l: f64,
     loaded: &[super::contention::Contention],
+    cold: Option<Cold>,
     (c, cores): (f64, u32),
     report: &super::stabilize::BenchReport,
 ) -> Result<ValidateRow, BenchError> {
     let ocp = measure_ocp(cfg.nodes, cfg.radix, cfg.mode);
     let messages = count_messages(cfg, repeat).map_err(BenchError::Config)?;
     let h = report.height;
-    let l_n = |f: u32| {
-        loaded
-            .iter()
-            .find(|x| x.fanout == f)
-            .map_or(f64::NAN, |x| x.l_us)
-    };
+    let l_n = |f: u32| l_n_of(loaded, f);
     let base = latency::base(l, ocp, h);
     let distance = latency::distance(l, ocp, cfg.nodes, cfg.radix, torus);
     let contention = latency::contention(l_n(cfg.radix), ocp, h);
@@ -373,6 +461,25 @@ fn row(
     };
     let cpu_sharing = latency::cpu_sharing(base, load, cores);
     let m = report.ts_mean_us;
+    let err = |model: f64| latency::relative_error(model, m);
+    let cold = cold.map(|k| {
+        let base = latency::base(k.l, ocp, h);
+        let distance = latency::distance(k.l, ocp, cfg.nodes, cfg.radix, torus);
+        let contention = latency::contention(k.l_n, ocp, h);
+        let cpu_sharing = latency::cpu_sharing(base, load, cores);
+        ColdModels {
+            l_cold_us: k.l,
+            l_n_cold_us: k.l_n,
+            base_us: base,
+            distance_us: distance,
+            contention_us: contention,
+            cpu_sharing_us: cpu_sharing,
+            base_err: err(base),
+            distance_err: err(distance),
+            contention_err: err(contention),
+            cpu_sharing_err: err(cpu_sharing),
+        }
+    });
     Ok(ValidateRow {
         nodes: cfg.nodes,
         radix: cfg.radix,
@@ -403,6 +510,7 @@ fn row(
         distance_err: latency::relative_error(distance, m),
         contention_err: latency::relative_error(contention, m),
         cpu_sharing_err: latency::relative_error(cpu_sharing, m),
+        cold,
         l_at_hops_us: None,
         l_hop_us: None,
         hop_latency_us: None,

@@ -216,7 +216,8 @@ impl Table {
             say!("L = one-way latency (32 B ping; across hosts: rank 0 and the last rank), Ocp = local recalculation,");
             say!("L(N) = one-way latency while every process pings in a group of a parent and radix children (ICS'06 Fig. 7),");
             say!("contention = base with L(N) for L (the paper's), cpu sharing = base + the stabilization's CPU over the cores,");
-            say!("steal = CPU time the hypervisor took from this machine during the sweep point");
+            say!("steal = CPU time the hypervisor took from this machine during the sweep point;");
+            say!("cold = the same models fed L and L(N) of pings that find their receiver idle (2 ms after the last), as a failure's first message does");
             if a.torus.is_some() {
                 say!("on the torus: L is one hop's; L(h) is measured at every hop count h, L_hop is what a hop adds,");
                 say!("hop latency = the distance model with each level charged L(h) at its hop count, not h·L (weft's own)");
@@ -265,6 +266,25 @@ impl Table {
             pct(r.cpu_sharing_err),
             r.steal_pct.map_or("-".to_string(), |p| format!("{p:.1}"))
         );
+        if let Some(k) = &r.cold {
+            say!(
+                "{:>6} {:>2} {:>17} {:>7.1} {:>7.1} {:>7} {:>8.0} {:>5} {:>8.0} {:>5} {:>10.0} {:>5} {:>10.0} {:>5}",
+                "cold",
+                "",
+                "",
+                k.l_cold_us,
+                k.l_n_cold_us,
+                "",
+                k.base_us,
+                pct(k.base_err),
+                k.distance_us,
+                pct(k.distance_err),
+                k.contention_us,
+                pct(k.contention_err),
+                k.cpu_sharing_us,
+                pct(k.cpu_sharing_err),
+            );
+        }
         if let (Some(at), Some(hop), Some(m), Some(e)) = (
             &r.l_at_hops_us,
             r.l_hop_us,

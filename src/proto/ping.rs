@@ -68,7 +68,12 @@ pub struct PingPong {
     /// Compare every echo with what was sent (tests; a benchmark would pay for the compare).
     verify: bool,
     mismatches: u64,
+    /// Idle time between rounds (zero: the next ping goes with the last echo).
+    gap: std::time::Duration,
 }
+
+/// The timer of a round's idle gap.
+const GAP: TimerId = TimerId(1);
 
 impl PingPong {
     /// The echoing end.
@@ -84,6 +89,7 @@ impl PingPong {
             payload: Payload::default(),
             verify: false,
             mismatches: 0,
+            gap: std::time::Duration::ZERO,
         }
     }
 
@@ -107,7 +113,16 @@ impl PingPong {
             payload: Payload::default(),
             verify: false,
             mismatches: 0,
+            gap: std::time::Duration::ZERO,
         }
+    }
+
+    /// Wait `gap` after each round before the next ping: long enough, and every ping finds
+    /// its receiver idle (a blocked reactor, a sleeping process), as a failure's first message
+    /// does; the round trip is timed from the ping, not from the gap.
+    pub fn with_gap(mut self, gap: std::time::Duration) -> Self {
+        self.gap = gap;
+        self
     }
 
     /// Whether this end measures (a pinger), rather than echoes.
@@ -202,12 +217,20 @@ impl Protocol for PingPong {
                     }
                     self.left = self.rounds_per_size();
                 }
-                self.send_current(now, out);
+                if self.gap.is_zero() {
+                    self.send_current(now, out);
+                } else {
+                    out.set_timer(GAP, self.gap);
+                }
             }
         }
     }
 
-    fn on_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<PingMsg>) {}
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<PingMsg>) {
+        if timer == GAP {
+            self.send_current(now, out);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -291,5 +314,29 @@ mod tests {
         p.on_message(Time(500), kids[0], pong(2), &mut out);
         assert_eq!(out.drain().count(), 0);
         assert_eq!(p.samples(), &[(32, 30), (32, 30)]);
+    }
+
+    #[test]
+    fn with_a_gap_the_next_ping_waits_for_its_timer_and_is_timed_from_its_send() {
+        let b = NodeId(2);
+        let gap = std::time::Duration::from_millis(2);
+        let mut p = PingPong::pinger(b, vec![8], 2, 0).with_gap(gap);
+        let mut out = Outbox::new();
+        let pong = |seq| PingMsg::Pong {
+            seq,
+            payload: vec![0u8; 8].into(),
+        };
+        p.on_start(Time(0), &mut out);
+        assert!(matches!(out.drain().next(), Some(Action::Send { .. })));
+        p.on_message(Time(10), b, pong(1), &mut out);
+        let acts: Vec<_> = out.drain().collect();
+        assert!(
+            matches!(acts[..], [Action::SetTimer { timer: GAP, after }] if after == gap),
+            "the echo sets the gap's timer and sends nothing: {acts:?}"
+        );
+        p.on_timer(Time(2_000_010), GAP, &mut out);
+        assert!(matches!(out.drain().next(), Some(Action::Send { .. })));
+        p.on_message(Time(2_000_025), b, pong(2), &mut out);
+        assert_eq!(p.samples(), &[(8, 10), (8, 15)]);
     }
 }
