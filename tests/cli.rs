@@ -1122,6 +1122,9 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         );
         assert_eq!(r["nodes"], n);
         assert_eq!(r["tree"], "binomial");
+        // One projection is the model, named in the row, and `ratio` is its ratio.
+        assert_eq!(r["model"], "turns", "{r}");
+        assert_eq!(r["ratio"], r["ratio_built"], "{r}");
         // Both runs back off alike, by default as a real node does.
         assert_eq!(r["backoff"], 5, "{r}");
         // The middle of three real runs, within their range.
@@ -1257,11 +1260,13 @@ fn bench_bmg_builds_every_finger_on_real_nodes_beside_the_projection() {
         r["sim_connect_ms"].as_f64().unwrap() >= r["sim_ms"].as_f64().unwrap(),
         "{r}"
     );
+    // The plot shows the real run beside the model alone (`--projections all` for the rest).
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(
-        plot.contains("real nodes") && plot.contains("simulator"),
+        plot.contains("real nodes, BMG built") && plot.contains("model: turns projection"),
         "{plot}"
     );
+    assert!(!plot.contains("connections free"), "{plot}");
 }
 
 /// `weft sim faults` runs fault schedules for membership and the overlay, checks each, and
