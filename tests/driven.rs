@@ -35,7 +35,9 @@ fn drain(ep: &DrivenEndpoint) -> Vec<NodeEvent<EndpointEvent>> {
     }
 }
 
-/// Drive `ep` as an event loop does, until `pick` takes one of its events.
+/// Drive `ep` as an event loop does, until `pick` takes one of its events. Events are taken
+/// one at a time: those after the one picked stay queued for the next loop (a batch taken
+/// whole would lose them).
 fn event_loop<T>(
     ep: &DrivenEndpoint,
     what: &str,
@@ -43,15 +45,16 @@ fn event_loop<T>(
 ) -> T {
     let deadline = Instant::now() + WAIT;
     loop {
-        for e in drain(ep) {
-            if std::env::var_os("WEFT_TEST_TRACE").is_some() {
-                eprintln!("rank {}: {e:?}", ep.rank().0);
-            }
+        let worked = ep.progress().expect("progress");
+        while let Some(e) = ep.try_next() {
             if let NodeEvent::Protocol(e) = e {
                 if let Some(t) = pick(e) {
                     return t;
                 }
             }
+        }
+        if worked {
+            continue;
         }
         assert!(Instant::now() < deadline, "rank {}: no {what}", ep.rank().0);
         if ep.arm().expect("arm") {
@@ -197,4 +200,45 @@ fn a_signal_from_another_thread_wakes_the_waiter() {
         "the descriptor stayed readable after the signal was taken"
     );
     ep.stop().unwrap();
+}
+
+#[test]
+fn a_killed_rank_reaches_the_survivors_event_loops_as_a_view_without_it() {
+    const N: usize = 4;
+    const KILLED: Rank = Rank(2);
+    // Survivors that have their view keep driving until every survivor has its own: one
+    // that stopped driving (or left) would fall silent, and be one more failure in the
+    // others' views.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let views = job(N, move |ep| {
+        // A rank may still be greeting when the others' greetings are done and the killed
+        // rank goes: its view can come while it greets.
+        let early = greet_all(&ep);
+        if ep.rank() == KILLED {
+            // Its sockets close as when its process is killed.
+            ep.stop().unwrap();
+            return None;
+        }
+        let members = match early {
+            Some(m) if m.len() < N => m,
+            _ => event_loop(&ep, "view without the killed rank", |e| match e {
+                EndpointEvent::ViewInstalled { members, .. } if members.len() < N => Some(members),
+                _ => None,
+            }),
+        };
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        drive_while(&ep, || {
+            seen.load(std::sync::atomic::Ordering::SeqCst) < N - 1
+        });
+        Some(members)
+    });
+    for (r, v) in views.iter().enumerate() {
+        if r != KILLED.0 as usize {
+            assert_eq!(
+                v.as_deref(),
+                Some(&[Rank(0), Rank(1), Rank(3)][..]),
+                "rank {r}'s first view with fewer than {N} ranks"
+            );
+        }
+    }
 }

@@ -53,7 +53,7 @@ fn agreed(text: &str, survivors: usize, failed: &str) {
     assert_eq!(lines.len(), survivors, "{text}");
     for l in lines {
         assert!(
-            l.ends_with(&format!("failed [{failed}] -> ok")),
+            l.contains(&format!("failed [{failed}],")) && l.ends_with("-> ok"),
             "{l}\n{text}"
         );
     }
