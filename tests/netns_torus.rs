@@ -26,6 +26,18 @@ fn can_make_hosts() -> bool {
     ok
 }
 
+/// Run `cmd` (a `weft … --json`), which must succeed; its last JSON line.
+fn last_json(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().expect("weft runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.lines().last().expect("a JSON line")).expect("JSON")
+}
+
 fn namespaces_of(pid: u32) -> usize {
     let out = Command::new("ip")
         .args(["netns", "list"])
@@ -76,20 +88,11 @@ fn a_stabilization_runs_on_the_torus_and_its_report_names_the_torus() {
     if !can_make_hosts() {
         return;
     }
-    let out = common::weft_command(&[], &["bench", "stabilize", "--json"])
-        .args([
+    let r = last_json(
+        common::weft_command(&[], &["bench", "stabilize", "--json"]).args([
             "--torus", "2x2x2", "--nodes", "8", "--repeat", "2", "--radix", "2",
-        ])
-        .output()
-        .expect("weft runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
     );
-    let r: serde_json::Value =
-        serde_json::from_str(text.lines().next().expect("a report")).expect("JSON");
     assert_eq!(r["torus"], "2x2x2", "{r}");
     assert_eq!(r["hosts"], 8, "{r}");
     assert_eq!(r["views_agree"], true, "{r}");
@@ -117,19 +120,11 @@ fn model_validate_on_the_torus_measures_l_at_every_hop_count_and_feeds_the_torus
     if !can_make_hosts() {
         return;
     }
-    let out = common::weft_command(&[], &["model", "validate", "--json"])
-        .args(["--torus", "2x2x2", "--nodes-list", "8", "--repeat", "2"])
-        .args(["--radix", "2"])
-        .output()
-        .expect("weft runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let r = last_json(
+        common::weft_command(&[], &["model", "validate", "--json"])
+            .args(["--torus", "2x2x2", "--nodes-list", "8", "--repeat", "2"])
+            .args(["--radix", "2"]),
     );
-    let r: serde_json::Value =
-        serde_json::from_str(text.lines().last().expect("a row")).expect("JSON");
     assert_eq!(r["testbed_torus"], "2x2x2", "{r}");
     assert_eq!(
         r["torus"], "2x2x2",

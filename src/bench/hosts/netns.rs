@@ -53,6 +53,14 @@ fn run(program: &str, args: &[&str]) -> Result<(), NetnsError> {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| failed(e.to_string()))?;
+    outcome(&out, failed)
+}
+
+/// A finished command's outcome: its error output on failure.
+fn outcome(
+    out: &std::process::Output,
+    failed: impl FnOnce(String) -> NetnsError,
+) -> Result<(), NetnsError> {
     if out.status.success() {
         Ok(())
     } else {
@@ -96,23 +104,7 @@ impl Cluster {
                 "--hosts {hosts}: between 1 and {MAX_HOSTS}"
             )));
         }
-        if let Some(r) = shape {
-            check_rate(r)?;
-        }
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(NetnsError::NotRoot);
-        }
-        sweep();
-        let pid = std::process::id();
-        let tag = pid.to_string();
-        let mut cluster = Cluster {
-            tag,
-            hosts,
-            torus: None,
-            watchdog: None,
-        };
-        cluster.watchdog = Some(cluster.start_watchdog()?);
+        let cluster = Self::start(hosts, None, shape)?;
         let br = cluster.bridge();
         run("ip", &["link", "add", &br, "type", "bridge"])?;
         run("ip", &["link", "set", &br, "up"])?;
@@ -156,6 +148,17 @@ impl Cluster {
             .ok_or_else(|| {
                 NetnsError::Bad(format!("--torus {torus}: at most {MAX_HOSTS} hosts"))
             })?;
+        let cluster = Self::start(hosts, Some(torus), shape)?;
+        for i in 0..hosts {
+            run("ip", &["netns", "add", &cluster.ns(i)])?;
+        }
+        super::torus::wire(&cluster, &torus, shape)?;
+        Ok(cluster)
+    }
+
+    /// What every cluster does first: check the rate and the privileges, sweep what dead
+    /// harnesses left, and start the watchdog that removes this one's hosts.
+    fn start(hosts: u32, torus: Option<Torus>, shape: Option<&str>) -> Result<Self, NetnsError> {
         if let Some(r) = shape {
             check_rate(r)?;
         }
@@ -167,14 +170,10 @@ impl Cluster {
         let mut cluster = Cluster {
             tag: std::process::id().to_string(),
             hosts,
-            torus: Some(torus),
+            torus,
             watchdog: None,
         };
         cluster.watchdog = Some(cluster.start_watchdog()?);
-        for i in 0..hosts {
-            run("ip", &["netns", "add", &cluster.ns(i)])?;
-        }
-        super::torus::wire(&cluster, &torus, shape)?;
         Ok(cluster)
     }
 
@@ -447,13 +446,7 @@ fn piped(program: &str, args: &[&str], lines: &[String]) -> Result<(), NetnsErro
     let out = child
         .wait_with_output()
         .map_err(|e| failed(e.to_string()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(failed(
-            String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        ))
-    }
+    outcome(&out, failed)
 }
 
 impl Drop for Cluster {
