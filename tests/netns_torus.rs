@@ -100,6 +100,19 @@ fn a_stabilization_runs_on_the_torus_and_its_report_names_the_torus() {
 }
 
 #[test]
+fn a_torus_too_large_is_refused_by_its_size_not_by_its_empty_hosts() {
+    // Fewer ranks than hosts is a job smaller than its partition, not an error; more hosts
+    // than the harness makes is.
+    let out = common::weft_command(&[], &["bench", "stabilize"])
+        .args(["--torus", "20x20x20", "--nodes", "8"])
+        .output()
+        .expect("weft runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at most 1000 hosts"), "{err}");
+}
+
+#[test]
 fn failures_the_torus_cannot_route_round_are_refused_with_the_reason() {
     for (fail, why) in [
         ("link", "on the torus 2x2x2 a host has six"),
